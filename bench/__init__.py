@@ -1,0 +1,1 @@
+"""Benchmarks for the serving layer (see docs/bench-serving.md)."""
