@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -55,7 +56,7 @@ def test_mcp_tools_present(corpus: list[dict]) -> None:
     assert {"get_current_time", "convert_time", "git_status", "fetch"} <= names
 
 
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     "In": {
         "type": "structure",
         "required": ["Name"],
@@ -132,7 +133,7 @@ def test_text_helpers() -> None:
 
 
 def test_prompt_has_required_values() -> None:
-    params = {
+    params: dict[str, Any] = {
         "type": "object",
         "properties": {
             "timezone": {"type": "string"},

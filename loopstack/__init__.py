@@ -1,0 +1,1 @@
+"""loopstack: the command line that ties serving, memory, agents and benchmarks together."""

@@ -1,0 +1,3 @@
+from loopstack.cli import main
+
+main()

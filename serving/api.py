@@ -1,0 +1,240 @@
+"""The HTTP router: thin. Auth, admission, error mapping and disconnect handling live here;
+what a request means lives in `serving.chat` / `serving.embeddings`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from serving.admission import Admission
+from serving.chat import ChatService
+from serving.embeddings import MINILM_NAMES, EmbeddingService
+from serving.engine import Engine
+from serving.exceptions import (
+    AuthenticationFailed,
+    ModelNotFound,
+    Overloaded,
+    ServingError,
+)
+from serving.metrics import Metrics
+from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+
+logger = logging.getLogger(__name__)
+trace_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="-")
+
+
+class TraceIdFilter(logging.Filter):
+    """Adds ``record.trace_id`` (the current request's id) to every log record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.trace_id = trace_id_var.get()
+        return True
+
+
+@dataclass
+class AppState:
+    engine: Engine
+    chat: ChatService
+    embeddings: EmbeddingService
+    metrics: Metrics
+    admission: Admission
+    model_name: str
+    api_key: str | None = None
+    max_model_len: int | None = None
+
+
+def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
+    app = FastAPI(title="loopstack", version="0.1.0", lifespan=lifespan)
+    app.state.loopstack = state
+
+    async def authorize(request: Request) -> None:
+        if state.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or token.strip() != state.api_key:
+            raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
+
+    def check_model(name: str) -> None:
+        if name != state.model_name:
+            raise ModelNotFound(name)
+
+    @app.middleware("http")
+    async def trace(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        trace_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
+        token = trace_id_var.set(trace_id)
+        started = time.perf_counter()
+        try:
+            response = await call_next(request)
+        finally:
+            trace_id_var.reset(token)
+        response.headers["x-request-id"] = trace_id
+        route = request.url.path
+        state.metrics.requests.labels(route=route, status=str(response.status_code)).inc()
+        state.metrics.request_seconds.labels(route=route).observe(time.perf_counter() - started)
+        logger.info(
+            "%s %s -> %d in %.1f ms", request.method, route, response.status_code,
+            (time.perf_counter() - started) * 1000, extra={"trace_id": trace_id},
+        )  # fmt: skip
+        return response
+
+    @app.exception_handler(ServingError)
+    async def serving_error(_: Request, exc: ServingError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+        if exc.status_code >= 500:
+            logger.error("%s: %s", type(exc).__name__, exc.message)
+        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        if first.get("type") == "json_invalid":
+            message = "We could not parse the JSON body of your request."
+        else:
+            message = "; ".join(
+                f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
+                for e in errors[:5]
+            )
+        body = {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": ".".join(loc) or None,
+                "code": 400,
+            }
+        }
+        return JSONResponse(body, status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = {
+            "error": {
+                "message": str(exc.detail),
+                "type": "invalid_request_error",
+                "param": None,
+                "code": exc.status_code,
+            }
+        }
+        return JSONResponse(body, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error")
+        body = {"error": {"message": "internal error", "type": "server_error", "code": 500}}
+        return JSONResponse(body, status_code=500)
+
+    # -- routes -------------------------------------------------------------------------
+    @app.get("/health")
+    async def health() -> Response:
+        ok = await state.engine.healthy()
+        return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        ours = state.metrics.render().decode()
+        return PlainTextResponse(ours + await state.engine.metrics_text())
+
+    @app.get("/v1/models", dependencies=[Depends(authorize)])
+    async def models() -> dict[str, Any]:
+        now = int(time.time())
+        llm: dict[str, Any] = {"id": state.model_name, "object": "model", "created": now}
+        llm.update(owned_by="loopstack", max_model_len=state.max_model_len)
+        emb = {"id": state.embeddings.model_name, "object": "model", "created": now}
+        emb["owned_by"] = "loopstack"
+        return {"object": "list", "data": [llm, emb]}
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
+    async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
+        check_model(req.model)
+        return await _generate(request, lambda: state.chat.create(req))
+
+    @app.post("/v1/completions", dependencies=[Depends(authorize)])
+    async def completions(req: CompletionRequest, request: Request) -> Response:
+        check_model(req.model)
+        body = req.model_dump(exclude_none=True)
+        body["model"] = state.engine.model_name
+
+        async def run() -> dict[str, Any] | AsyncIterator[bytes]:
+            if req.stream:
+                return _relay(state.engine.stream("/v1/completions", body))
+            return await state.engine.post("/v1/completions", body)
+
+        return await _generate(request, run)
+
+    @app.post("/v1/embeddings", dependencies=[Depends(authorize)])
+    async def embeddings(req: EmbeddingRequest) -> dict[str, Any]:
+        if req.model != state.embeddings.model_name and not (
+            req.model in MINILM_NAMES and state.embeddings.model_name in MINILM_NAMES
+        ):
+            raise ModelNotFound(req.model)
+        return await state.embeddings.create(req)
+
+    async def _generate(
+        request: Request, make: Callable[[], Awaitable[dict[str, Any] | AsyncIterator[bytes]]]
+    ) -> Response:
+        """Run a generation in an admission slot; abort it if the client goes away."""
+        slot = state.admission.slot()
+        await slot.__aenter__()
+        released = False
+        try:
+            task = asyncio.ensure_future(make())
+            while not task.done():
+                done, _ = await asyncio.wait({task}, timeout=0.5)
+                if not done and await request.is_disconnected():
+                    task.cancel()
+                    state.metrics.aborted.inc()
+                    return Response(status_code=499)
+            result = task.result()
+            if isinstance(result, dict):
+                return JSONResponse(result)
+            first = await anext(result, None)  # surfaces upstream 4xx before headers go out
+            released = True
+            return StreamingResponse(
+                _stream_in_slot(first, result, slot), media_type="text/event-stream"
+            )
+        finally:
+            if not released:
+                await slot.__aexit__(None, None, None)
+
+    async def _stream_in_slot(
+        first: bytes | None, rest: AsyncIterator[bytes], slot: Any
+    ) -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            if first is not None:
+                yield first
+            async for chunk in rest:
+                yield chunk
+            finished = True
+        except ServingError as exc:  # headers are out: report in-band, as OpenAI does
+            finished = True
+            yield b"data: " + json.dumps(exc.to_body()).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not finished:
+                state.metrics.aborted.inc()
+            aclose = getattr(rest, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            await slot.__aexit__(None, None, None)
+
+    return app
+
+
+async def _relay(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async for line in lines:
+        yield line + b"\n\n"

@@ -1,0 +1,239 @@
+"""Regular expressions that constrain decoding, built with Outlines.
+
+Outlines (``outlines_core``) turns a JSON Schema into a regex that vLLM's ``outlines``
+structured-output backend enforces token by token. Two gaps are closed here:
+
+* numeric bounds - outlines_core's integer/number regex ignores ``minimum``/``maximum``
+  (a 5..9 field can come out as 100). Every bounded numeric node is swapped for a placeholder
+  before Outlines builds the regex, and the placeholder is then replaced by a regex of exactly
+  the allowed range (integers), or of a sound subset of it (non-integral number bounds).
+* keywords no regex expresses (``multipleOf``, ``uniqueItems``, ``not``, ...) - such schemas
+  are marked ``exact=False``: their output is still checked with jsonschema, and a failure is
+  retried or refused, never passed on.
+
+`tool_call_regex` wraps argument regexes into Qwen/Hermes' ``<tool_call>`` envelope.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator, SchemaError
+from outlines_core.json_schema import build_regex_from_schema
+
+from serving.exceptions import InvalidRequest
+
+WHITESPACE = r"[ ]?"
+_PLACEHOLDER = "LSNUMRANGE{}X"
+# Keywords whose meaning no regex built here enforces: output must be re-validated.
+_INEXACT_KEYWORDS = frozenset(
+    {
+        "multipleOf",
+        "uniqueItems",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contains",
+        "minContains",
+        "maxContains",
+        "patternProperties",
+        "propertyNames",
+        "dependentRequired",
+        "dependentSchemas",
+        "dependencies",
+        "minProperties",
+        "maxProperties",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+    }
+)
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SUBSCHEMA_SINGLE = ("items", "additionalProperties")
+
+
+@dataclass(frozen=True)
+class CompiledSchema:
+    """A JSON schema, its constraining regex, and a validator for the final check."""
+
+    schema: dict[str, Any]
+    regex: str
+    exact: bool
+    validator: Draft202012Validator = field(compare=False, repr=False)
+
+    def errors(self, value: Any) -> list[str]:
+        return [e.message for e in self.validator.iter_errors(value)]
+
+
+def compile_schema(schema: Any, *, what: str = "schema") -> CompiledSchema:
+    """Check `schema`, then build its regex. Raises InvalidRequest for a bad schema."""
+    if not isinstance(schema, dict):
+        raise InvalidRequest(f"{what} must be a JSON object")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidRequest(f"{what} is not a valid JSON Schema: {exc.message}") from exc
+    work = copy.deepcopy(schema)
+    ranges: list[str] = []
+    exact = _rewrite_bounds(work, ranges, what)
+    try:
+        regex = build_regex_from_schema(json.dumps(work), whitespace_pattern=WHITESPACE)
+    except Exception as exc:  # outlines_core raises ValueError/TypeError for what it can't do
+        raise InvalidRequest(f"{what} uses JSON Schema that cannot be enforced: {exc}") from exc
+    for i, rng in enumerate(ranges):
+        regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({rng})")
+    return CompiledSchema(schema, regex, exact, Draft202012Validator(schema))
+
+
+def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
+    """Replace bounded numeric nodes by placeholders, in place. Returns False if inexact."""
+    if not isinstance(node, dict):
+        return True
+    exact = not (_INEXACT_KEYWORDS & node.keys())
+    for key in _SUBSCHEMA_LISTS:
+        for sub in node.get(key) or []:
+            exact &= _rewrite_bounds(sub, ranges, what)
+    for key in _SUBSCHEMA_MAPS:
+        for sub in (node.get(key) or {}).values():
+            exact &= _rewrite_bounds(sub, ranges, what)
+    for key in _SUBSCHEMA_SINGLE:
+        exact &= _rewrite_bounds(node.get(key), ranges, what)
+    kind = node.get("type")
+    bounded = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & node.keys()
+    if kind in ("integer", "number") and bounded:
+        lo, hi, is_int = _bounds(node, integer=kind == "integer")
+        if lo is not None and hi is not None and lo > hi:
+            raise InvalidRequest(f"{what} has a numeric range with no values: {node}")
+        rng = int_range_regex(lo, hi) if is_int else number_range_regex(lo, hi)
+        placeholder = _PLACEHOLDER.format(len(ranges))
+        ranges.append(rng)
+        for key in list(node):
+            if key not in ("description", "title", "default", "examples"):
+                del node[key]
+        node.update({"type": "string", "pattern": placeholder})
+    return exact
+
+
+def _bounds(node: dict[str, Any], *, integer: bool) -> tuple[int | None, int | None, bool]:
+    """Integral inclusive bounds [lo, hi] that lie inside the node's bounds."""
+    lo: int | None = None
+    hi: int | None = None
+    lo_ex, hi_ex = node.get("exclusiveMinimum"), node.get("exclusiveMaximum")
+    if isinstance(node.get("minimum"), int | float) and not isinstance(node["minimum"], bool):
+        m = node["minimum"]
+        lo = math.floor(m) + 1 if lo_ex is True and m == math.floor(m) else math.ceil(m)
+    if isinstance(lo_ex, int | float) and not isinstance(lo_ex, bool):
+        lo = max(lo if lo is not None else -(10**18), math.floor(lo_ex) + 1)
+    if isinstance(node.get("maximum"), int | float) and not isinstance(node["maximum"], bool):
+        m = node["maximum"]
+        hi = math.ceil(m) - 1 if hi_ex is True and m == math.ceil(m) else math.floor(m)
+    if isinstance(hi_ex, int | float) and not isinstance(hi_ex, bool):
+        hi = min(hi if hi is not None else 10**18, math.ceil(hi_ex) - 1)
+    # Integral bounds are exact for integers. For numbers they are exact when the original
+    # bounds are integral and inclusive; otherwise [lo, hi] is a sound subset.
+    return lo, hi, integer
+
+
+# --------------------------------------------------------------------------- numeric ranges
+def int_range_regex(lo: int | None, hi: int | None) -> str:
+    """A regex matching exactly the JSON integers in [lo, hi] (None = unbounded)."""
+    parts: list[str] = []
+    if lo is None or lo < 0:  # negative values: -(|v|) with |v| in [max(1, -hi), -lo]
+        a = 1 if hi is None or hi >= 0 else -hi
+        b = None if lo is None else -lo
+        parts += ["-" + p for p in _nonneg_int_patterns(a, b)]
+    if hi is None or hi >= 0:
+        parts += _nonneg_int_patterns(max(lo or 0, 0), hi)
+    return "|".join(parts)
+
+
+def number_range_regex(lo: int | None, hi: int | None) -> str:
+    """JSON numbers in [lo, hi] for integral lo/hi: integer part in range, then a fraction."""
+    frac, zero_frac = r"(\.[0-9]+)?", r"(\.0+)?"
+    parts: list[str] = []
+    if lo is None or lo < 0:  # negative side: |v| in (max(0,-hi), -lo]  or  [-hi, -lo]
+        a = 0 if hi is None or hi >= 0 else -hi
+        if lo is None:
+            parts += ["-" + p + frac for p in _nonneg_int_patterns(a, None)]
+        else:
+            if a <= -lo - 1:
+                parts += ["-" + p + frac for p in _nonneg_int_patterns(a, -lo - 1)]
+            parts.append("-" + str(-lo) + zero_frac)
+    if hi is None or hi >= 0:
+        start = max(lo if lo is not None else 0, 0)
+        if hi is None:
+            parts += [p + frac for p in _nonneg_int_patterns(start, None)]
+        else:
+            if start <= hi - 1:
+                parts += [p + frac for p in _nonneg_int_patterns(start, hi - 1)]
+            parts.append(str(hi) + zero_frac)
+    return "|".join(f"({p})" for p in parts)
+
+
+def _nonneg_int_patterns(lo: int, hi: int | None) -> list[str]:
+    """Alternatives matching the integers in [lo, hi], lo >= 0, written without leading 0s."""
+    if hi is not None and lo > hi:
+        return []
+    out: list[str] = []
+    top = hi if hi is not None else 10 ** len(str(lo)) - 1
+    for digits in range(len(str(lo)), len(str(top)) + 1):
+        a = max(lo, 10 ** (digits - 1) if digits > 1 else 0)
+        b = min(top, 10**digits - 1)
+        if a <= b:
+            out += _same_length(str(a), str(b))
+    if hi is None:
+        out.append(f"[1-9][0-9]{{{len(str(lo))},}}")
+    return out
+
+
+def _same_length(a: str, b: str) -> list[str]:
+    """Patterns for the numbers a..b written with the same number of digits (a <= b)."""
+    if a == b:
+        return [a]
+    if len(a) == 1:
+        return [f"[{a}-{b}]"]
+    if a[0] == b[0]:
+        return [a[0] + p for p in _same_length(a[1:], b[1:])]
+    n = len(a) - 1
+    out: list[str] = []
+    first_lo, first_hi = a[0], b[0]
+    if a[1:] != "0" * n:
+        out += [a[0] + p for p in _same_length(a[1:], "9" * n)]
+        first_lo = chr(ord(a[0]) + 1)
+    tail_hi = b[1:] != "9" * n
+    if tail_hi:
+        first_hi = chr(ord(b[0]) - 1)
+    if first_lo <= first_hi:
+        head = first_lo if first_lo == first_hi else f"[{first_lo}-{first_hi}]"
+        out.append(head + f"[0-9]{{{n}}}")
+    if tail_hi:
+        out += [b[0] + p for p in _same_length("0" * n, b[1:])]
+    return out
+
+
+# --------------------------------------------------------------------------- tool envelope
+def regex_literal(text: str) -> str:
+    """Escape `text` for the regex dialect Outlines understands."""
+    special = set(r"\.^$|?*+()[]{}/")
+    return "".join("\\" + c if c in special else c for c in text)
+
+
+def tool_call_regex(tools: dict[str, CompiledSchema], *, parallel: bool) -> str:
+    """Regex for the model's output after the prompt ends with ``<tool_call>\\n``.
+
+    One call is ``{"name": "<tool>", "arguments": <args>}``; further calls (when `parallel`)
+    follow after ``\\n</tool_call>\\n<tool_call>\\n``; the output may end with ``</tool_call>``.
+    """
+    alternatives = [
+        r"\{" + regex_literal(f'"name": "{name}", "arguments": ') + f"({c.regex})" + r"\}"
+        for name, c in tools.items()
+    ]
+    one = "(" + "|".join(f"({a})" for a in alternatives) + ")"
+    if not parallel:
+        return one + r"(\n</tool_call>)?"
+    return one + r"(\n</tool_call>\n<tool_call>\n" + one + r")*(\n</tool_call>)?"

