@@ -38,6 +38,11 @@ class ServerSettings(BaseSettings):
     tensor_parallel_size: int | None = None
     gpu_memory_utilization: float = 0.90
     engine_port: int | None = Field(default=None, description="vLLM's internal port (port+1).")
+    engine_url: str | None = Field(
+        default=None,
+        description="Use an already running vLLM OpenAI server at this URL instead of starting "
+        "one (it must serve the same model).",
+    )
     engine_args: str = Field(default="", description="Extra vLLM CLI arguments, shell-quoted.")
     engine_start_timeout_s: float = 900.0
 
@@ -47,10 +52,6 @@ class ServerSettings(BaseSettings):
 
     embedding_model: str = "all-MiniLM-L6-v2"
     max_tool_tokens: int = Field(default=1024, description="max_tokens default for tool calls.")
-    auto_probe_tokens: int = Field(
-        default=48,
-        description="In tool_choice=auto, free tokens generated before we decide it is text.",
-    )
     log_level: str = "INFO"
 
     def engine_port_resolved(self) -> int:

@@ -63,13 +63,15 @@ class VLLMEngine:
         port: int,
         model_name: str,
         start_timeout_s: float = 900.0,
+        base_url: str | None = None,
     ):
         self.argv = argv
         self.env = env
         self.port = port
         self.model_name = model_name
         self.start_timeout_s = start_timeout_s
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.base_url = (base_url or f"http://127.0.0.1:{port}").rstrip("/").removesuffix("/v1")
+        self._spawn = base_url is None
         self._proc: subprocess.Popen[bytes] | None = None
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
@@ -79,20 +81,23 @@ class VLLMEngine:
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
-        logger.info("starting vLLM: %s", " ".join(self.argv))
-        self._proc = subprocess.Popen(
-            self.argv,
-            env={**os.environ, **self.env},
-            stdout=sys.stderr,
-            stderr=sys.stderr,
-            start_new_session=True,
-        )
+        if self._spawn:
+            logger.info("starting vLLM: %s", " ".join(self.argv))
+            self._proc = subprocess.Popen(
+                self.argv,
+                env={**os.environ, **self.env},
+                stdout=sys.stderr,
+                stderr=sys.stderr,
+                start_new_session=True,
+            )
+        else:
+            logger.info("using the vLLM server at %s", self.base_url)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+            if self._proc is not None and self._proc.poll() is not None:
                 raise EngineStartError(f"vLLM exited with code {self._proc.returncode}")
             if await self.healthy():
-                logger.info("vLLM is up on port %d", self.port)
+                logger.info("vLLM is up at %s", self.base_url)
                 return
             await asyncio.sleep(1.0)
         await self.stop()

@@ -48,6 +48,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         port=settings.engine_port_resolved(),
         model_name=name,
         start_timeout_s=settings.engine_start_timeout_s,
+        base_url=settings.engine_url,
     )
     from transformers import AutoTokenizer
 

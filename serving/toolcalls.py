@@ -22,7 +22,7 @@ from typing import Any
 import regex
 
 _ALPHABET = string.ascii_letters + string.digits
-_HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+_HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
 
 def new_call_id() -> str:
