@@ -309,14 +309,26 @@ class ShardedIndex:
                 self.shards[name] = FlatShard(self.dim, index=raw)
             self.seqs[name] = seq
 
+    def write_manifest(self, synced_seq: int) -> None:
+        """Record which model built the files and that they hold every change through
+        ``synced_seq`` (the ledger may trim its log up to there)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        manifest = self._manifest()
+        tmp = manifest.with_suffix(".tmp")
+        meta = {"dim": self.dim, "model": self.model, "version": 1, "synced_seq": synced_seq}
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, manifest)
+
+    def synced_seq(self) -> int:
+        """``synced_seq`` of the manifest on disk (0 when there is none)."""
+        manifest = self._manifest()
+        if not manifest.exists():
+            return 0
+        return int(json.loads(manifest.read_text()).get("synced_seq", 0))
+
     def save(self, names: Sequence[str] | None = None) -> int:
         """Write dirty shards (atomically, new file then remove older ones)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        manifest = self._manifest()
-        if not manifest.exists():
-            tmp = manifest.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"dim": self.dim, "model": self.model, "version": 1}))
-            os.replace(tmp, manifest)
         todo = list(self.dirty if names is None else set(names) & self.dirty)
         for name in todo:
             with self.lock(name):

@@ -98,6 +98,21 @@ class IndexReplica:
             out.extend(int(r[0]) for r in rows)
         return out
 
+    def open(self) -> None:
+        """Load the shard files and catch up; rebuild from the ledger when the files are
+        older than what the log still holds, or when the counts disagree."""
+        self.index.load()
+        compacted = int(self.ledger.get_meta("compacted_upto") or 0)
+        if self.index.synced_seq() < compacted:
+            logger.warning("index files predate the trimmed change log: rebuilding")
+            self.rebuild()
+            return
+        self.catch_up(force=True)
+        active, indexed = self.ledger.count(), len(self.index)
+        if active != indexed:
+            logger.warning("index holds %d vectors, ledger %d records: rebuilding", indexed, active)
+            self.rebuild()
+
     def persist(self, *, force: bool = False) -> bool:
         """Save dirty shards when enough changed, and not more often than saving costs
         (a big HNSW shard takes seconds to write). Returns whether it saved."""
@@ -109,9 +124,11 @@ class IndexReplica:
         with self.lock:
             self.index.save()
             upto = self.applied  # every shard is saved through here; older log is redundant
-            if upto > 0 and not self.index.dirty:
-                self.ledger.compact_changes(upto)
-                self.ledger.set_meta("compacted_upto", str(upto))
+            if not self.index.dirty:
+                self.index.write_manifest(upto)
+                if upto > 0:
+                    self.ledger.compact_changes(upto)
+                    self.ledger.set_meta("compacted_upto", str(upto))
         self._save_cost = time.monotonic() - t0
         self._last_save, self._since_save = time.monotonic(), 0
         return True

@@ -161,9 +161,11 @@ class AsyncMemoryStore:
             hnsw_ef_construction=s.hnsw_ef_construction,
             hnsw_ef_search=s.hnsw_ef_search,
         )
-        index.load()
         self._ledger, self._replica = ledger, IndexReplica(ledger, index, s)
-        self.replica.catch_up(force=True)
+        if check_embedder:
+            self.replica.open()
+        else:
+            index.wipe()  # about to re-embed everything and rebuild
         logger.info("memory store %s open: %d vectors", self.path, len(index))
 
     async def close(self) -> None:
@@ -252,8 +254,8 @@ class AsyncMemoryStore:
         mtype, msource = MemoryType(type), MemorySource(source)
         clean: list[str] = []
         for text in texts:
-            red, _kinds = redact(text.strip())
-            if not red or only_redactions(red):
+            red, kinds = redact(text.strip())
+            if not red or (kinds and only_redactions(red)):
                 raise RedactedError("nothing left to store after removing secrets")
             clean.append(red)
         if created_at is not None and len(created_at) != len(clean):

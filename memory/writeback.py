@@ -60,9 +60,14 @@ _SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "password",
         re.compile(
-            r"(?i)\b(pass(?:word|wd|phrase)?|pwd|pin|secret|token|api[ _-]?key)"
-            r"(\s*(?:is|was|=|:)\s*|\s+)([\"']?)(\S{3,})\3"
+            r"(?i)\b(pass(?:word|wd|phrase)?|pwd|pin(?: code)?|secret|token|api[ _-]?key)"
+            r"(\s*(?:is|was|=|:)\s*)([\"']?)(\S{3,})\3"
         ),
+    ),
+    (
+        "password",
+        # "password hunter2!": a bare value right after the word, if it looks like one
+        re.compile(r"(?i)\b(pass(?:word|wd|phrase)?|pwd)(\s+)()(?=\S*[\d\W])(\S{4,})"),
     ),
     ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,3})?\b")),
 ]
@@ -356,8 +361,8 @@ async def _carry_out(store: AsyncMemoryStore, p: Proposal, scope: dict[str, Any]
 async def _observe(store: AsyncMemoryStore, p: Proposal, scope: dict[str, Any]) -> WriteResult:
     """Count a sighting; promote to a record on the ``promote_after``-th one."""
     s, user_id = store.settings, scope["user_id"]
-    text, _ = redact(p.text)
-    if only_redactions(text):
+    text, kinds = redact(p.text)
+    if kinds and only_redactions(text):
         raise RedactedError("nothing left after removing secrets")
     await store.open()
     vec = (await store.embedder.embed([text]))[0]
