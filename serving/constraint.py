@@ -95,6 +95,12 @@ def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
     if not isinstance(node, dict):
         return True
     exact = not (_INEXACT_KEYWORDS & node.keys())
+    # outlines_core reads oneOf as anyOf (a value fitting two branches gets through) and
+    # concatenates the branches of allOf (the result is not even JSON).
+    if len(node.get("oneOf") or []) > 1:
+        exact = False
+    if len(node.get("allOf") or []) > 1:
+        raise InvalidRequest(f"{what} uses allOf with several subschemas, which cannot be enforced")
     for key in _SUBSCHEMA_LISTS:
         for sub in node.get(key) or []:
             exact &= _rewrite_bounds(sub, ranges, what)
@@ -105,10 +111,14 @@ def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
         exact &= _rewrite_bounds(node.get(key), ranges, what)
     kind = node.get("type")
     bounded = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & node.keys()
+    if isinstance(kind, list) and bounded and {"integer", "number"} & set(kind):
+        return False  # outlines_core ignores the bounds of a type list: validate the output
     if kind in ("integer", "number") and bounded:
         lo, hi, is_int = _bounds(node, integer=kind == "integer")
         if lo is not None and hi is not None and lo > hi:
-            raise InvalidRequest(f"{what} has a numeric range with no values: {node}")
+            if is_int or _real_range_empty(node):
+                raise InvalidRequest(f"{what} has a numeric range with no values: {node}")
+            return False  # no integer inside, e.g. (0, 1): unbounded regex, validated output
         rng = int_range_regex(lo, hi) if is_int else number_range_regex(lo, hi)
         placeholder = _PLACEHOLDER.format(len(ranges))
         ranges.append(rng)
@@ -137,6 +147,23 @@ def _bounds(node: dict[str, Any], *, integer: bool) -> tuple[int | None, int | N
     # Integral bounds are exact for integers. For numbers they are exact when the original
     # bounds are integral and inclusive; otherwise [lo, hi] is a sound subset.
     return lo, hi, integer
+
+
+def _real_range_empty(node: dict[str, Any]) -> bool:
+    """Whether a number node's bounds admit no real value at all."""
+
+    def num(key: str) -> Any:
+        v = node.get(key)
+        return v if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    lows = [(v, ex) for v, ex in ((num("minimum"), False), (num("exclusiveMinimum"), True))]
+    highs = [(v, ex) for v, ex in ((num("maximum"), False), (num("exclusiveMaximum"), True))]
+    lows, highs = [t for t in lows if t[0] is not None], [t for t in highs if t[0] is not None]
+    if not lows or not highs:
+        return False
+    lo, lo_ex = max(lows)
+    hi, hi_ex = min(highs, key=lambda t: (t[0], not t[1]))
+    return lo > hi or (lo == hi and (lo_ex or hi_ex))
 
 
 # --------------------------------------------------------------------------- numeric ranges
