@@ -164,8 +164,9 @@ class IntentDetector:
     def feed(self, delta: str) -> tuple[int, Intent | None]:
         """Returns (how many chars of self.text are safe to emit, intent if one started)."""
         self.text += delta
-        m = _INTENT.search(self.text)
-        if m is not None and self._is_call_start(m):
+        # Not just the first marker: an inline {"name": ...} example must not hide a later call.
+        m = next((m for m in _INTENT.finditer(self.text) if self._is_call_start(m)), None)
+        if m is not None:
             return m.start(), Intent(self.text[: m.start()].rstrip())
         # Hold back a tail that could still grow into a marker.
         for mark in _MARK_START.finditer(self.text, max(0, len(self.text) - 64)):
