@@ -67,7 +67,7 @@ _SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "password",
         # "password hunter2!": a bare value right after the word, if it looks like one
-        re.compile(r"(?i)\b(pass(?:word|wd|phrase)?|pwd)(\s+)()(?=\S*[\d\W])(\S{4,})"),
+        re.compile(r"(?i)\b(pass(?:word|wd|phrase)?|pwd)(\s+)()(?=\S*[^\sA-Za-z])(\S{4,})"),
     ),
     ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,3})?\b")),
 ]
@@ -155,6 +155,9 @@ _SELF = re.compile(
     r"(?i)^(?:i\s+(?:am|'m|live|work|have|prefer|like|love|hate|use|own|was born|moved)|"
     r"my\s+\w+|we\s+(?:use|prefer|always|never))\b"
 )
+_LEAD = re.compile(
+    r"(?i)^(?:(?:well|so|yeah|yes|also|btw|by the way|oh|and|anyway|hi|hey)\b[,!\s]*)+"
+)
 _CLAIM = re.compile(
     r"(?i)\b(?:is|are|was|were|has|have|will|costs?|equals?|located|founded|born)\b"
 )
@@ -190,8 +193,16 @@ def forget_request(message: str) -> str | None:
 
 def self_statements(message: str) -> list[str]:
     """Sentences where the user states something about themselves."""
-    sentences = re.split(r"(?<=[.!?])\s+|\n+", message)
-    return [_clean(s) for s in sentences if _SELF.match(s.strip()) and len(s.split()) >= 3]
+    sentences = [_LEAD.sub("", s.strip()) for s in re.split(r"(?<=[.!?])\s+|\n+", message)]
+    return [_clean(s) for s in sentences if _SELF.match(s) and len(s.split()) >= 3]
+
+
+def _grounded(text: str, message: str, min_overlap: float = 0.6) -> bool:
+    """Whether most content words of ``text`` occur in the user's ``message``."""
+    skip = {"user", "users", "s", "the", "a", "an", "is", "are", "was", "has", "have", "their"}
+    words = {w for w in re.findall(r"[^\W_]+", text.lower()) if w not in skip}
+    said = set(re.findall(r"[^\W_]+", message.lower()))
+    return bool(words) and len(words & said) / len(words) >= min_overlap
 
 
 def claims_fact(text: str) -> bool:
@@ -252,7 +263,7 @@ def plan_turn(
             )
         )
     for d in distilled or []:
-        if d.source == MemorySource.USER_EXPLICIT and msg and d.text.lower() not in msg.lower():
+        if d.source == MemorySource.USER_EXPLICIT and not _grounded(d.text, msg):
             # The model may only call it explicit when the user said it; otherwise inferred.
             source = MemorySource.INFERRED
         else:
