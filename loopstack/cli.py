@@ -23,8 +23,9 @@ def serve(
     from serving.config import ServerSettings
     from serving.server import serve as run
 
+    settings = ServerSettings()
     overrides = {k: v for k, v in {"host": host, "port": port, "model": model}.items() if v}
-    run(ServerSettings(**overrides))
+    run(settings.model_copy(update=overrides))
 
 
 @app.command("prepare-model")
@@ -34,7 +35,9 @@ def prepare_model(model: str | None = typer.Option(None)) -> None:
     from serving.hardware import default_model, detect_hardware
     from serving.model_store import resolve_model
 
-    settings = ServerSettings(**({"model": model} if model else {}))
+    settings = ServerSettings()
+    if model:
+        settings = settings.model_copy(update={"model": model})
     hw = detect_hardware(settings.device)
     resolved = resolve_model(settings.model, settings.home, default_for_device=default_model(hw))
     typer.echo(resolved.path_or_id)

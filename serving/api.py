@@ -72,7 +72,9 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
             raise ModelNotFound(name)
 
     @app.middleware("http")
-    async def trace(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    async def trace(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
         trace_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
         token = trace_id_var.set(trace_id)
         started = time.perf_counter()
@@ -141,7 +143,9 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
     @app.get("/health")
     async def health() -> Response:
         ok = await state.engine.healthy()
-        return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
+        return JSONResponse(
+            {"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503
+        )
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.constraint import CompiledSchema, compile_schema, tool_call_regex
+from serving.constraint import CompiledSchema, tool_call_regex
 from serving.engine import Engine, sse_json
 from serving.exceptions import InvalidRequest, ToolCallValidationError
 from serving.metrics import Metrics
@@ -38,11 +38,20 @@ from serving.protocol import (
     tool_call_dict,
 )
 from serving.schema_cache import SchemaCache
-from serving.toolcalls import CallStreamParser, IntentDetector, ParsedCall, parse_lenient
+from serving.toolcalls import (
+    CallEvent,
+    CallStreamParser,
+    IntentDetector,
+    ParsedCall,
+    new_call_id,
+    parse_lenient,
+)
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
+MAX_CALLS_PER_TURN = 16
+NEXT_CALL = "\n<tool_call>\n"
 _SAMPLING_KEYS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
 _CHAT_ONLY = {
     "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format",
@@ -70,11 +79,25 @@ class ToolPlan:
 
 
 @dataclass
-class Generation:
-    calls: list[ParsedCall]
-    content: str | None
+class ContentDelta:
+    text: str
+
+
+@dataclass
+class Done:
     finish_reason: str
     completion_tokens: int
+
+
+Event = ContentDelta | CallEvent | Done
+
+
+@dataclass
+class _Tally:
+    """Running totals over every engine request that makes up one reply."""
+
+    tokens: int = 0
+    finish: str = "stop"
 
 
 class ChatService:
@@ -109,18 +132,7 @@ class ChatService:
         self.metrics.tool_requests.labels(mode=plan.mode).inc()
         if req.stream:
             return self._stream_tools(req, plan)
-        gen = await self._generate_tools(plan)
-        self._count_calls(plan, gen.calls)
-        usage = _usage(plan.prompt_tokens, gen.completion_tokens)
-        calls = [tool_call_dict(c.id, c.name, c.arguments) for c in gen.calls]
-        return chat_response(
-            id_=completion_id(),
-            model=req.model,
-            content=gen.content,
-            tool_calls=calls,
-            finish_reason=gen.finish_reason,
-            usage=usage,
-        )
+        return await self._complete_tools(req, plan)
 
     def _compile_tools(self, req: ChatCompletionRequest) -> dict[str, CompiledSchema]:
         compiled: dict[str, CompiledSchema] = {}
@@ -168,15 +180,17 @@ class ChatService:
         )
 
     # -- pass-through -------------------------------------------------------------------
-    async def _passthrough(self, req: ChatCompletionRequest) -> dict[str, Any] | AsyncIterator[bytes]:
+    async def _passthrough(
+        self, req: ChatCompletionRequest
+    ) -> dict[str, Any] | AsyncIterator[bytes]:
         body = req.model_dump(exclude={"loopstack"}, exclude_none=True, by_alias=True)
         body["model"] = self.engine.model_name
         schema: CompiledSchema | None = None
         rf = req.response_format
         if rf is not None and rf.type == "json_schema" and rf.json_schema is not None:
             schema = self.schemas.get(rf.json_schema.schema_, what="response_format.json_schema")
+            del body["response_format"]  # unconstrained (benchmark baseline): no grammar at all
             if req.loopstack.constrained:
-                del body["response_format"]
                 body["structured_outputs"] = {"regex": schema.regex}
         if req.stream:
             return self._relay(body)
@@ -196,68 +210,100 @@ class ChatService:
         async for line in self.engine.stream("/v1/chat/completions", body):
             yield line + b"\n\n"
 
-    # -- tool calls, whole ----------------------------------------------------------------
-    async def _generate_tools(self, plan: ToolPlan) -> Generation:
-        if plan.mode != "auto":
-            return await self._constrained(plan, plan.prompt, content=None, used_tokens=0)
-        detector = IntentDetector()
-        finish, tokens = "stop", 0
-        async for text, reason in self._free(plan):
-            tokens += 1
-            _, intent = detector.feed(text)
-            if intent is not None and plan.constrained:
-                self.metrics.auto_switches.inc()
-                return await self._constrained(
-                    plan, plan.prompt + _join(intent.text_before), intent.text_before or None,
-                    used_tokens=tokens,
-                )  # fmt: skip
-            finish = reason or finish
-        if not plan.constrained:
-            return self._lenient(plan, detector.text, tokens, finish)
-        return Generation([], detector.text, finish, tokens)
+    # -- tool calls ---------------------------------------------------------------------
+    async def _events(self, plan: ToolPlan, *, live: bool) -> AsyncIterator[Event]:
+        """The reply as events: content text, tool-call deltas, then Done.
 
-    async def _constrained(
-        self, plan: ToolPlan, prompt: str, content: str | None, used_tokens: int
-    ) -> Generation:
-        body = self._completion_body(plan, prompt + TOOL_CALL_OPEN)
-        if not plan.constrained:
-            resp = await self.engine.post("/v1/completions", body)
-            choice = resp["choices"][0]
-            gen = self._lenient(plan, TOOL_CALL_OPEN + choice["text"], 0, choice["finish_reason"])
-            gen.completion_tokens = used_tokens + resp["usage"]["completion_tokens"]
-            return gen
-        for attempt in range(MAX_ATTEMPTS):
-            resp = await self.engine.post("/v1/completions", body)
-            choice = resp["choices"][0]
+        `live` streams call arguments as they are generated (when the regex enforces the
+        schemas exactly); otherwise whole calls are validated - and regenerated if needed -
+        before they are emitted.
+        """
+        tally = _Tally()
+        if not plan.constrained:  # benchmark baseline: no grammar, calls read leniently
+            prefix = "" if plan.mode == "auto" else TOOL_CALL_OPEN
+            body = self._body(plan, plan.prompt + prefix, regex=None, tally=tally)
+            text = prefix + "".join([d async for d in self._stream_text(body, tally)])
+            found = parse_lenient(text)
+            if not found:
+                yield ContentDelta(text)
+            for i, (name, args) in enumerate(found):
+                raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                yield CallEvent(i, new_call_id(), name=name, arguments_delta=raw)
+            yield Done("tool_calls" if found else tally.finish, tally.tokens)
+            return
+        prompt = plan.prompt
+        if plan.mode == "auto":
+            detector, sent, intent = IntentDetector(), 0, None
+            body = self._body(plan, plan.prompt, regex=None, tally=tally)
+            async for delta in self._stream_text(body, tally):
+                safe, intent = detector.feed(delta)
+                if safe > sent:
+                    yield ContentDelta(detector.text[sent:safe])
+                    sent = safe
+                if intent is not None:
+                    break
+            if intent is None:
+                if len(detector.text) > sent:
+                    yield ContentDelta(detector.text[sent:])
+                yield Done(tally.finish, tally.tokens)
+                return
+            self.metrics.auto_switches.inc()
+            prompt = plan.prompt + (intent.text_before + "\n" if intent.text_before else "")
+            tally.finish = "stop"
+        if live and plan.exact:
             parser = CallStreamParser()
-            parser.feed(choice["text"])
+            async for delta in self._call_rounds(plan, prompt, tally):
+                for ev in parser.feed(delta):
+                    yield ev
             calls = [c for c in parser.calls if c.complete]
-            tokens = used_tokens + resp["usage"]["completion_tokens"]
-            if choice["finish_reason"] == "length" and not calls:
-                return Generation([], content, "length", tokens)
+        else:
+            calls = await self._validated_calls(plan, prompt, tally)
+            for c in calls:
+                yield CallEvent(c.index, c.id, name=c.name, arguments_delta=c.arguments)
+        self._count_calls(plan, calls)
+        yield Done(
+            "tool_calls" if calls and tally.finish != "length" else tally.finish, tally.tokens
+        )
+
+    async def _call_rounds(
+        self, plan: ToolPlan, prompt: str, tally: _Tally, override: dict[str, Any] | None = None
+    ) -> AsyncIterator[str]:
+        """Constrained text of one or more calls. The regex admits one call, optionally
+        followed by the opening of another; then we continue from there (prefix-cached), so
+        the grammar vLLM compiles stays the size of one call."""
+        prompt += TOOL_CALL_OPEN
+        for _ in range(MAX_CALLS_PER_TURN):
+            body = self._body(plan, prompt, regex=plan.regex, tally=tally)
+            if body["max_tokens"] <= 0:
+                tally.finish = "length"
+                return
+            text = ""
+            async for delta in self._stream_text({**body, **(override or {})}, tally):
+                text += delta
+                yield delta
+            if tally.finish != "stop" or not text.endswith(NEXT_CALL):
+                return
+            prompt += text
+
+    async def _validated_calls(
+        self, plan: ToolPlan, prompt: str, tally: _Tally
+    ) -> list[ParsedCall]:
+        override: dict[str, Any] | None = None
+        for attempt in range(MAX_ATTEMPTS):
+            parser = CallStreamParser()
+            async for delta in self._call_rounds(plan, prompt, tally, override):
+                parser.feed(delta)
+            calls = [c for c in parser.calls if c.complete]
             problems = [p for c in calls for p in self._problems(plan, c)]
             if not problems:
-                return Generation(calls, content, "tool_calls", tokens)
+                return calls
             self.metrics.tool_retries.inc()
             logger.warning("tool call failed validation (attempt %d): %s", attempt + 1, problems)
-            temp = max(float(body.get("temperature", 0.0)), 0.7)
-            body = {**body, "temperature": temp, "seed": attempt + 1}
+            temp = max(float(plan.sampling.get("temperature") or 0.0), 0.7)
+            override = {"temperature": temp, "seed": attempt + 1}
         raise ToolCallValidationError(
             "the model did not produce tool-call arguments valid for the schema"
         )
-
-    def _lenient(self, plan: ToolPlan, text: str, tokens: int, finish: str) -> Generation:
-        """Unconstrained baseline: whatever calls can be read out of the text, unvalidated."""
-        found = parse_lenient(text)
-        calls = [
-            ParsedCall(
-                i, f"call_{i}", name, args if isinstance(args, str) else json.dumps(args), True
-            )
-            for i, (name, args) in enumerate(found)
-        ]
-        if calls:
-            return Generation(calls, None, "tool_calls", tokens)
-        return Generation([], text, finish, tokens)
 
     def _problems(self, plan: ToolPlan, call: ParsedCall) -> list[str]:
         schema = plan.tools.get(call.name)
@@ -269,116 +315,101 @@ class ChatService:
             return [f"arguments are not JSON: {exc}"]
         return schema.errors(args)
 
-    def _completion_body(self, plan: ToolPlan, prompt: str, *, free: bool = False) -> dict[str, Any]:
+    def _count_calls(self, plan: ToolPlan, calls: list[ParsedCall]) -> None:
+        for c in calls:
+            ok = not self._problems(plan, c)
+            if not ok:
+                logger.error("invalid tool call left the server: %s %s", c.name, c.arguments)
+            self.metrics.tool_calls.labels(mode=plan.mode, valid=str(ok).lower()).inc()
+
+    def _body(self, plan: ToolPlan, prompt: str, *, regex: str | None, tally: _Tally) -> dict:
         body: dict[str, Any] = {
             **plan.sampling,
             "model": self.engine.model_name,
             "prompt": prompt,
-            "max_tokens": plan.max_tokens,
+            "max_tokens": plan.max_tokens - tally.tokens,
             "skip_special_tokens": False,
+            "stream": True,
+            "stream_options": {"include_usage": True},
         }
-        if not free and plan.constrained:
-            body["structured_outputs"] = {"regex": plan.regex}
+        if regex is not None:
+            body["structured_outputs"] = {"regex": regex}
         return body
 
-    async def _free(self, plan: ToolPlan) -> AsyncIterator[tuple[str, str | None]]:
-        """Unconstrained streaming generation: (text delta, finish_reason) per engine chunk."""
-        body = {**self._completion_body(plan, plan.prompt, free=True), "stream": True}
-        async for chunk in sse_json(self.engine.stream("/v1/completions", body)):
-            for choice in chunk.get("choices", []):
-                yield choice.get("text", ""), choice.get("finish_reason")
+    async def _stream_text(self, body: dict[str, Any], tally: _Tally) -> AsyncIterator[str]:
+        """Text deltas of one streamed completion; keeps the token count and finish reason.
+        Leaving the loop early closes the stream, which makes vLLM abort the request."""
+        chunks, counted = 0, False
+        try:
+            async for chunk in sse_json(self.engine.stream("/v1/completions", body)):
+                if chunk.get("usage"):
+                    tally.tokens += int(chunk["usage"]["completion_tokens"])
+                    counted = True
+                for choice in chunk.get("choices", []):
+                    chunks += 1
+                    if choice.get("finish_reason"):
+                        tally.finish = choice["finish_reason"]
+                    if choice.get("text"):
+                        yield choice["text"]
+        finally:
+            if not counted:  # aborted early: one chunk is one token in vLLM's stream
+                tally.tokens += chunks
 
-    def _count_calls(self, plan: ToolPlan, calls: list[ParsedCall]) -> None:
-        for c in calls:
-            ok = not self._problems(plan, c)
-            self.metrics.tool_calls.labels(mode=plan.mode, valid=str(ok).lower()).inc()
+    # -- assembling responses -------------------------------------------------------------
+    async def _complete_tools(self, req: ChatCompletionRequest, plan: ToolPlan) -> dict[str, Any]:
+        content, done = "", Done("stop", 0)
+        calls: dict[int, dict[str, Any]] = {}
+        async for ev in self._events(plan, live=False):
+            if isinstance(ev, ContentDelta):
+                content += ev.text
+            elif isinstance(ev, CallEvent):
+                call = calls.setdefault(ev.index, tool_call_dict(ev.id, ev.name or "", ""))
+                call["function"]["arguments"] += ev.arguments_delta
+            else:
+                done = ev
+        return chat_response(
+            id_=completion_id(),
+            model=req.model,
+            content=content.strip() or None if calls else content,
+            tool_calls=[calls[i] for i in sorted(calls)],
+            finish_reason=done.finish_reason,
+            usage=_usage(plan.prompt_tokens, done.completion_tokens),
+        )
 
-    # -- tool calls, streamed -------------------------------------------------------------
-    async def _stream_tools(self, req: ChatCompletionRequest, plan: ToolPlan) -> AsyncIterator[bytes]:
+    async def _stream_tools(
+        self, req: ChatCompletionRequest, plan: ToolPlan
+    ) -> AsyncIterator[bytes]:
         id_, model = completion_id(), req.model
 
         def sse(**kw: Any) -> bytes:
             return b"data: " + json.dumps(chat_chunk(id_=id_, model=model, **kw)).encode() + b"\n\n"
 
         yield sse(delta={"role": "assistant", "content": ""})
-        if not plan.constrained:  # benchmark baseline: generate whole, then replay as chunks
-            gen = await self._generate_tools(plan)
-            if gen.content:
-                yield sse(delta={"content": gen.content})
-            for c in gen.calls:
-                yield sse(delta={"tool_calls": [_full_delta(c)]})
-            yield sse(finish_reason=gen.finish_reason)
-            if req.include_usage:
-                yield sse(usage=_usage(plan.prompt_tokens, gen.completion_tokens))
-            yield b"data: [DONE]\n\n"
-            return
-        tokens, content, finish = 0, None, "stop"
-        prompt = plan.prompt
-        if plan.mode == "auto":
-            detector, sent, intent = IntentDetector(), 0, None
-            async for text, reason in self._free(plan):
-                tokens += 1
-                safe, intent = detector.feed(text)
-                if safe > sent:
-                    yield sse(delta={"content": detector.text[sent:safe]})
-                    sent = safe
-                if intent is not None:
-                    break
-                finish = reason or finish
-            if intent is None:
-                if len(detector.text) > sent:
-                    yield sse(delta={"content": detector.text[sent:]})
-                yield sse(finish_reason=finish)
+        async for ev in self._events(plan, live=True):
+            if isinstance(ev, ContentDelta):
+                yield sse(delta={"content": ev.text})
+            elif isinstance(ev, CallEvent):
+                d: dict[str, Any] = {
+                    "index": ev.index,
+                    "function": {"arguments": ev.arguments_delta},
+                }
+                if ev.name is not None:
+                    d.update(id=ev.id, type="function")
+                    d["function"]["name"] = ev.name
+                yield sse(delta={"tool_calls": [d]})
+            else:
+                yield sse(finish_reason=ev.finish_reason)
                 if req.include_usage:
-                    yield sse(usage=_usage(plan.prompt_tokens, tokens))
-                yield b"data: [DONE]\n\n"
-                return
-            self.metrics.auto_switches.inc()
-            content = intent.text_before
-            prompt = plan.prompt + _join(content)
-        if not plan.exact:  # validate whole calls (and retry) before anything is sent
-            gen = await self._constrained(plan, prompt, content, used_tokens=tokens)
-            for c in gen.calls:
-                yield sse(delta={"tool_calls": [_full_delta(c)]})
-            self._count_calls(plan, gen.calls)
-            finish, tokens = gen.finish_reason, gen.completion_tokens
-        else:
-            parser = CallStreamParser()
-            body = {**self._completion_body(plan, prompt + TOOL_CALL_OPEN), "stream": True}
-            body["stream_options"] = {"include_usage": True}
-            finish = "tool_calls"
-            async for chunk in sse_json(self.engine.stream("/v1/completions", body)):
-                if chunk.get("usage"):
-                    tokens += chunk["usage"]["completion_tokens"]
-                for choice in chunk.get("choices", []):
-                    for ev in parser.feed(choice.get("text", "")):
-                        d: dict[str, Any] = {"index": ev.index}
-                        if ev.name is not None:
-                            d.update(id=ev.id, type="function")
-                            d["function"] = {"name": ev.name, "arguments": ev.arguments_delta}
-                        else:
-                            d["function"] = {"arguments": ev.arguments_delta}
-                        yield sse(delta={"tool_calls": [d]})
-                    if choice.get("finish_reason") == "length":
-                        finish = "length"
-            self._count_calls(plan, [c for c in parser.calls if c.complete])
-        yield sse(finish_reason=finish)
-        if req.include_usage:
-            yield sse(usage=_usage(plan.prompt_tokens, tokens))
+                    yield sse(usage=_usage(plan.prompt_tokens, ev.completion_tokens))
         yield b"data: [DONE]\n\n"
 
 
-def _join(text_before: str) -> str:
-    return text_before + "\n" if text_before else ""
-
-
-def _full_delta(c: ParsedCall) -> dict[str, Any]:
-    fn = {"name": c.name, "arguments": c.arguments}
-    return {"index": c.index, "id": c.id, "type": "function", "function": fn}
-
-
 def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 def _invalid_json_choices(resp: dict[str, Any], schema: CompiledSchema) -> list[int]:

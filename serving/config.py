@@ -1,7 +1,7 @@
-"""Server configuration: one pydantic-settings object, every field overridable as `LOOPSTACK_<NAME>`.
+"""Server configuration: one pydantic-settings object; every field is `LOOPSTACK_<NAME>`.
 
-Fields left at ``None`` are filled by :func:`serving.hardware.resolve_defaults` from the machine
-(GPU count, CPU memory) so that `make serve` does the right thing on a laptop and on a GPU box.
+Fields left at ``None`` are filled by `serving.hardware.vllm_launch` from the machine (GPU
+count, memory) so that `make serve` does the right thing on a laptop and on a GPU box.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ class ServerSettings(BaseSettings):
     )
     engine_args: str = Field(default="", description="Extra vLLM CLI arguments, shell-quoted.")
     engine_start_timeout_s: float = 900.0
+    regex_compile_timeout_s: int = Field(
+        default=60, description="vLLM's limit for compiling one constraint (Outlines index)."
+    )
 
     max_concurrency: int = Field(default=64, description="Requests generating at once.")
     max_queue: int = Field(default=256, description="Requests waiting; beyond it: 429.")

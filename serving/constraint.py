@@ -253,8 +253,11 @@ def regex_literal(text: str) -> str:
 def tool_call_regex(tools: dict[str, CompiledSchema], *, parallel: bool) -> str:
     """Regex for the model's output after the prompt ends with ``<tool_call>\\n``.
 
-    One call is ``{"name": "<tool>", "arguments": <args>}``; further calls (when `parallel`)
-    follow after ``\\n</tool_call>\\n<tool_call>\\n``; the output may end with ``</tool_call>``.
+    One call is ``{"name": "<tool>", "arguments": <args>}``, optionally closed by
+    ``\\n</tool_call>``. With `parallel`, the close may be followed by the opening of another
+    call (``\\n<tool_call>\\n``): the caller then continues generation from there under the
+    same regex. One call per regex keeps the automaton vLLM compiles small - a repeated group
+    of several tool schemas can take longer than vLLM's compile timeout.
     """
     alternatives = [
         r"\{" + regex_literal(f'"name": "{name}", "arguments": ') + f"({c.regex})" + r"\}"
@@ -263,4 +266,4 @@ def tool_call_regex(tools: dict[str, CompiledSchema], *, parallel: bool) -> str:
     one = "(" + "|".join(f"({a})" for a in alternatives) + ")"
     if not parallel:
         return one + r"(\n</tool_call>)?"
-    return one + r"(\n</tool_call>\n<tool_call>\n" + one + r")*(\n</tool_call>)?"
+    return one + r"(\n</tool_call>(\n<tool_call>\n)?)?"

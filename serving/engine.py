@@ -83,7 +83,7 @@ class VLLMEngine:
     async def start(self) -> None:
         if self._spawn:
             logger.info("starting vLLM: %s", " ".join(self.argv))
-            self._proc = subprocess.Popen(
+            self._proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once
                 self.argv,
                 env={**os.environ, **self.env},
                 stdout=sys.stderr,

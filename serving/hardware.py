@@ -90,7 +90,10 @@ def vllm_launch(
         "--enable-prefix-caching",
         "--disable-uvicorn-access-log",
     ]
-    env: dict[str, str] = {}
+    # Our regexes come from tool schemas; big ones need more than vLLM's 5 s default.
+    env: dict[str, str] = {
+        "VLLM_REGEX_COMPILATION_TIMEOUT_S": str(settings.regex_compile_timeout_s)
+    }
     max_len = settings.max_model_len
     if hw.device == "cpu":
         max_len = max_len or CPU_MAX_MODEL_LEN

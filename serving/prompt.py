@@ -57,7 +57,9 @@ class PromptBuilder:
                 conversation, tokenize=False, add_generation_prompt=True, **kwargs
             )
         except Exception as exc:  # jinja raises on shapes the template rejects
-            raise InvalidRequest(f"messages could not be rendered by the chat template: {exc}")
+            raise InvalidRequest(
+                f"messages could not be rendered by the chat template: {exc}"
+            ) from exc
         return str(text)
 
     def count_tokens(self, text: str) -> int:

@@ -24,9 +24,7 @@ class _Open(BaseModel):
 class FunctionDef(_Open):
     name: str
     description: str | None = None
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
 
     @field_validator("name")

@@ -80,9 +80,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         await engine.start()
-        logger.info(
-            "loopstack serving %s on http://%s:%d/v1", name, settings.host, settings.port
-        )
+        logger.info("loopstack serving %s on http://%s:%d/v1", name, settings.host, settings.port)
         try:
             yield
         finally:

