@@ -1,0 +1,217 @@
+"""Fakes for the serving router tests: an Engine that answers like vLLM's OpenAI server from a
+script, and a tokenizer with a chat template, so the real ChatService/router run model-free."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from serving.admission import Admission
+from serving.api import AppState, build_app
+from serving.chat import ChatService
+from serving.embeddings import EmbeddingService
+from serving.metrics import Metrics
+from serving.prompt import PromptBuilder
+from serving.schema_cache import SchemaCache
+
+MODEL = "test-model"
+ENGINE_METRICS = "# HELP vllm:num_requests_running Running.\nvllm:num_requests_running 0.0\n"
+
+
+class FakeTokenizer:
+    """Renders a Qwen-like prompt; one token per whitespace-separated word."""
+
+    chat_template = "{% if tools %}<tools>{{ tools }}</tools>{% endif %}{{ messages }}"
+
+    def apply_chat_template(
+        self,
+        conversation: list[dict[str, Any]],
+        *,
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        assert tokenize is False
+        out = []
+        if tools:
+            listing = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+            out.append(f"<|im_start|>system\n<tools>\n{listing}\n</tools><|im_end|>\n")
+        for m in conversation:
+            if not isinstance(m.get("content"), str):
+                raise TypeError("content must be a string")
+            text = m["content"]
+            for call in m.get("tool_calls") or []:
+                fn = call["function"]
+                payload = {"name": fn["name"], "arguments": fn["arguments"]}
+                text += f"\n<tool_call>\n{json.dumps(payload)}\n</tool_call>"
+            out.append(f"<|im_start|>{m['role']}\n{text}<|im_end|>\n")
+        if add_generation_prompt:
+            out.append("<|im_start|>assistant\n")
+        return "".join(out)
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": list(range(len(text.split())))}
+
+
+class FakeEngine:
+    """vLLM-shaped answers from scripts.
+
+    `free` / `constrained`: texts for /v1/completions without / with ``structured_outputs``;
+    each request takes the next one (the last one repeats). Streams send `chunk` characters
+    per SSE event. `gate`, when set, holds every request until it is set.
+    """
+
+    model_name = "engine-internal-name"
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.free: list[str] = ["Hello! How can I help?"]
+        self.constrained: list[str] = []
+        self.finish_reason = "stop"
+        self.chunk = 3
+        self.is_healthy = True
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+        self.streams_closed_early = 0
+        self.chat_content = '{"answer": 42}'
+
+    # -- Engine protocol ------------------------------------------------------------------
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def healthy(self) -> bool:
+        return self.is_healthy
+
+    async def metrics_text(self) -> str:
+        return ENGINE_METRICS
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        await self._enter(path, body)
+        if path == "/v1/chat/completions":
+            return self._chat_response(body)
+        assert path == "/v1/completions", path
+        text = self._next(body)
+        return {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": self.model_name,
+            "choices": [
+                {"index": 0, "text": text, "finish_reason": self.finish_reason, "logprobs": None}
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": len(self._pieces(text))},
+        }
+
+    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        await self._enter(path, body)
+        finished = False
+        try:
+            if path == "/v1/chat/completions":
+                for piece in self._pieces(self.chat_content):
+                    delta = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
+                    yield _sse({"object": "chat.completion.chunk", "choices": [delta]})
+                yield _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            else:
+                assert path == "/v1/completions", path
+                pieces = self._pieces(self._next(body))
+                for i, piece in enumerate(pieces):
+                    last = i == len(pieces) - 1
+                    choice = {
+                        "index": 0,
+                        "text": piece,
+                        "finish_reason": self.finish_reason if last else None,
+                    }
+                    yield _sse({"object": "text_completion", "choices": [choice]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    usage = {"prompt_tokens": 10, "completion_tokens": len(pieces)}
+                    yield _sse({"choices": [], "usage": usage})
+            finished = True  # the consumer may stop reading at [DONE]
+            yield b"data: [DONE]"
+        finally:
+            if not finished:
+                self.streams_closed_early += 1
+
+    # -- helpers --------------------------------------------------------------------------
+    async def _enter(self, path: str, body: dict[str, Any]) -> None:
+        self.requests.append((path, json.loads(json.dumps(body))))
+        self.entered.set()
+        if self.gate is not None:
+            await self.gate.wait()
+
+    def _next(self, body: dict[str, Any]) -> str:
+        script = self.constrained if "structured_outputs" in body else self.free
+        assert script, f"no scripted output for {body.get('structured_outputs')}"
+        return script.pop(0) if len(script) > 1 else script[0]
+
+    def _pieces(self, text: str) -> list[str]:
+        return [text[i : i + self.chunk] for i in range(0, len(text), self.chunk)] or [""]
+
+    def _chat_response(self, body: dict[str, Any]) -> dict[str, Any]:
+        message = {"role": "assistant", "content": self.chat_content}
+        return {
+            "id": "chatcmpl-engine",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        }
+
+    # -- what the service asked for -------------------------------------------------------
+    def completions(self, *, constrained: bool | None = None) -> list[dict[str, Any]]:
+        return [
+            b
+            for p, b in self.requests
+            if p == "/v1/completions"
+            and (constrained is None or ("structured_outputs" in b) == constrained)
+        ]
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj).encode()
+
+
+class Harness:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        max_model_len: int | None = None,
+        max_running: int = 8,
+        max_waiting: int = 8,
+    ) -> None:
+        self.engine = FakeEngine()
+        self.metrics = Metrics()
+        self.prompts = PromptBuilder(FakeTokenizer(), max_model_len=max_model_len)
+        self.chat = ChatService(
+            self.engine,  # type: ignore[arg-type]
+            self.prompts,
+            schemas=SchemaCache(self.metrics),
+            metrics=self.metrics,
+            max_tool_tokens=256,
+        )
+        self.state = AppState(
+            engine=self.engine,  # type: ignore[arg-type]
+            chat=self.chat,
+            embeddings=EmbeddingService("all-MiniLM-L6-v2"),
+            metrics=self.metrics,
+            admission=Admission(
+                self.metrics, max_running=max_running, max_waiting=max_waiting, retry_after_s=7
+            ),
+            model_name=MODEL,
+            api_key=api_key,
+            max_model_len=max_model_len,
+        )
+        self.app = build_app(self.state)
+        self.client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.app), base_url="http://loopstack.test"
+        )
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels or None)
+        return 0.0 if value is None else value
