@@ -94,7 +94,7 @@ class MemorySettings(BaseSettings):
     max_items: int = 12
 
     # --- write-back ----------------------------------------------------------------------
-    duplicate_similarity: float = 0.95
+    duplicate_similarity: float = 0.97
     supersede_similarity: float = 0.8
     promote_after: int = Field(default=3, description="Mentions before an observation is kept")
     explicit_weight: float = 2.0

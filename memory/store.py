@@ -59,7 +59,7 @@ from memory.records import (
     WriteResult,
 )
 from memory.replica import IndexReplica
-from memory.writeback import apply_turn, fingerprint, only_redactions, redact
+from memory.writeback import apply_turn, fingerprint, only_redactions, redact, same_content
 
 __all__ = ["AsyncMemoryStore", "RecallMode", "make_embedder"]
 
@@ -305,7 +305,12 @@ class AsyncMemoryStore:
                     result[i] = f"@{batch_fp[item.fingerprint]}"
                     continue
                 old, sim = self._closest(item.scope, vec)
-                if dup is None and old is not None and sim >= s.duplicate_similarity:
+                if (
+                    dup is None
+                    and old is not None
+                    and sim >= s.duplicate_similarity
+                    and same_content(old.text, item.text)
+                ):
                     dup = old
                 if dup is not None:
                     ledger.bump_mentions(dup.id, weight=item.weight)

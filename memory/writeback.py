@@ -136,6 +136,14 @@ def fingerprint(text: str) -> str:
     return " ".join(words)
 
 
+def same_content(a: str, b: str) -> bool:
+    """Near-duplicate guard on top of cosine: the texts may differ by at most one word and
+    never by a number (cosine rates "standup at 9am" and "at 10am" as near-identical)."""
+    wa, wb = set(fingerprint(a).split()), set(fingerprint(b).split())
+    diff = wa ^ wb
+    return len(diff) <= 2 and not any(ch.isdigit() for w in diff for ch in w)
+
+
 # --- detectors ---------------------------------------------------------------------------
 
 _EXPLICIT = re.compile(
