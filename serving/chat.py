@@ -289,13 +289,17 @@ class ChatService:
         self, plan: ToolPlan, prompt: str, tally: _Tally
     ) -> list[ParsedCall]:
         override: dict[str, Any] | None = None
+        budget_start, spent = tally.tokens, 0
         for attempt in range(MAX_ATTEMPTS):
+            tally.tokens, tally.finish = budget_start, "stop"  # each attempt gets the budget
             parser = CallStreamParser()
             async for delta in self._call_rounds(plan, prompt, tally, override):
                 parser.feed(delta)
+            spent += tally.tokens - budget_start
             calls = [c for c in parser.calls if c.complete]
             problems = [p for c in calls for p in self._problems(plan, c)]
             if not problems:
+                tally.tokens = budget_start + spent  # usage reports every attempt
                 return calls
             self.metrics.tool_retries.inc()
             logger.warning("tool call failed validation (attempt %d): %s", attempt + 1, problems)

@@ -73,18 +73,22 @@ class CompiledSchema:
 def compile_schema(schema: Any, *, what: str = "schema") -> CompiledSchema:
     """Check `schema`, then build its regex. Raises InvalidRequest for a bad schema."""
     if not isinstance(schema, dict):
-        raise InvalidRequest(f"{what} must be a JSON object")
+        raise InvalidRequest(f"{what} must be a JSON object", param=what)
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        raise InvalidRequest(f"{what} is not a valid JSON Schema: {exc.message}") from exc
+        raise InvalidRequest(
+            f"{what} is not a valid JSON Schema: {exc.message}", param=what
+        ) from exc
     work = copy.deepcopy(schema)
     ranges: list[str] = []
     exact = _rewrite_bounds(work, ranges, what)
     try:
         regex = build_regex_from_schema(json.dumps(work), whitespace_pattern=WHITESPACE)
     except Exception as exc:  # outlines_core raises ValueError/TypeError for what it can't do
-        raise InvalidRequest(f"{what} uses JSON Schema that cannot be enforced: {exc}") from exc
+        raise InvalidRequest(
+            f"{what} uses JSON Schema that cannot be enforced: {exc}", param=what
+        ) from exc
     for i, rng in enumerate(ranges):
         regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({rng})")
     return CompiledSchema(schema, regex, exact, Draft202012Validator(schema))
@@ -100,7 +104,9 @@ def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
     if len(node.get("oneOf") or []) > 1:
         exact = False
     if len(node.get("allOf") or []) > 1:
-        raise InvalidRequest(f"{what} uses allOf with several subschemas, which cannot be enforced")
+        raise InvalidRequest(
+            f"{what} uses allOf with several subschemas, which cannot be enforced", param=what
+        )
     for key in _SUBSCHEMA_LISTS:
         for sub in node.get(key) or []:
             exact &= _rewrite_bounds(sub, ranges, what)
@@ -117,7 +123,9 @@ def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
         lo, hi, is_int = _bounds(node, integer=kind == "integer")
         if lo is not None and hi is not None and lo > hi:
             if is_int or _real_range_empty(node):
-                raise InvalidRequest(f"{what} has a numeric range with no values: {node}")
+                raise InvalidRequest(
+                    f"{what} has a numeric range with no values: {node}", param=what
+                )
             return False  # no integer inside, e.g. (0, 1): unbounded regex, validated output
         rng = int_range_regex(lo, hi) if is_int else number_range_regex(lo, hi)
         placeholder = _PLACEHOLDER.format(len(ranges))
