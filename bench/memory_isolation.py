@@ -1,0 +1,84 @@
+"""Scope isolation with the real embedder: randomised queries, zero cross-user results.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.memory_isolation --users 100 --queries 10000
+
+Users get records drawn from ONE pool of template sentences (``bench.memory_latency``), so
+every user's store looks like everyone else's and a leak would surface at once. Queries
+are random record texts of any user, or template questions, asked as a random user with
+the threshold off and a huge budget, so every candidate of gate 2 is checked, not only the
+injected ones. Exits non-zero on the first foreign record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.memory_latency import QUESTIONS, _fill, synth_texts  # noqa: E402
+from memory import AsyncMemoryStore, MemorySettings  # noqa: E402
+from memory.embedding import MiniLMEmbedder  # noqa: E402
+
+
+async def run(users: int, per_user: int, queries: int, seed: int) -> dict[str, object]:
+    rng = random.Random(seed)
+    emb = MiniLMEmbedder()
+    st = AsyncMemoryStore(
+        Path(tempfile.mkdtemp(prefix="iso-")) / "iso.db",
+        embedder=emb,
+        settings=MemorySettings(persist_every=10**9),
+    )
+    pool = synth_texts(users * per_user, seed=seed)
+    owner: dict[str, str] = {}
+    t0 = time.perf_counter()
+    for u in range(users):
+        texts = pool[u * per_user : (u + 1) * per_user]
+        for rid in await st.add_many(texts, user_id=f"user{u}", check_conflicts=False):
+            owner[rid] = f"user{u}"
+    ingest_s = time.perf_counter() - t0
+    checked = nonempty = 0
+    t1 = time.perf_counter()
+    for i in range(queries):
+        me = f"user{rng.randrange(users)}"
+        q = rng.choice(pool) if rng.random() < 0.6 else _fill(rng.choice(QUESTIONS), rng)
+        rec = await st.recall(q, user_id=me, threshold=-math.inf, budget_tokens=10**6)
+        for c in rec.candidates:
+            if owner[c.id] != me:
+                print(f"LEAK at query {i}: {me} got {owner[c.id]}'s {c.id}", file=sys.stderr)
+                sys.exit(1)
+        checked += len(rec.candidates)
+        nonempty += bool(rec.candidates)
+    await st.close()
+    return {
+        "users": users,
+        "records": users * per_user,
+        "queries": queries,
+        "candidates_checked": checked,
+        "queries_with_candidates": nonempty,
+        "cross_user_results": 0,
+        "ingest_s": round(ingest_s, 1),
+        "query_s": round(time.perf_counter() - t1, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--users", type=int, default=100)
+    ap.add_argument("--per-user", type=int, default=50)
+    ap.add_argument("--queries", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=11)
+    a = ap.parse_args()
+    print("RESULT " + json.dumps(asyncio.run(run(a.users, a.per_user, a.queries, a.seed))))
+
+
+if __name__ == "__main__":
+    main()
