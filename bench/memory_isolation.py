@@ -24,9 +24,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.memory_latency import QUESTIONS, _fill, synth_texts  # noqa: E402
-from memory import AsyncMemoryStore, MemorySettings  # noqa: E402
-from memory.embedding import MiniLMEmbedder  # noqa: E402
+from bench.memory_latency import QUESTIONS, _fill, synth_texts
+from memory import AsyncMemoryStore, MemorySettings
+from memory.embedding import MiniLMEmbedder
 
 
 async def run(users: int, per_user: int, queries: int, seed: int) -> dict[str, object]:

@@ -36,8 +36,8 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from memory import AsyncMemoryStore, MemorySettings  # noqa: E402
-from memory.embedding import MiniLMEmbedder, Vectors, normalize  # noqa: E402
+from memory import AsyncMemoryStore, MemorySettings
+from memory.embedding import MiniLMEmbedder, Vectors, normalize
 
 PEOPLE = """Alice Bob Carol Dana Erik Farah Gita Hugo Ines Jonas Kenji Lena Mateo Nadia Omar
 Priya Quinn Rosa Sami Tomas Uma Victor Wen Ximena Yusuf Zoe""".split()
@@ -47,7 +47,8 @@ RELATIONS = (
 PROJECTS = """Falcon Osprey Kestrel Heron Ibis Condor Merlin Raven Swift Wren Atlas Hermes
 Apollo Orion Vega Lyra Nova Polaris Sirius Rigel""".split()
 TOOLS = """Postgres Redis Kafka Terraform Ansible Kubernetes Docker Jenkins Grafana Prometheus
-FastAPI Django React Svelte Rust Go Python TypeScript Helix Neovim Emacs VSCode pnpm Poetry""".split()
+FastAPI Django React Svelte Rust Go Python TypeScript Helix Neovim Emacs VSCode pnpm
+Poetry""".split()
 PLACES = """Berlin Lisbon Porto Oslo Kyoto Austin Toronto Nairobi Lima Seoul Dublin Prague
 Vienna Madrid Bergen Quito Hanoi Perth Cork Turin""".split()
 FOODS = "oolong espresso ramen tapas sushi falafel pho pierogi curry tacos risotto".split()
@@ -121,7 +122,7 @@ def synth_vectors(base: Vectors, n: int, seed: int = 0, noise: float = 0.35) -> 
 
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 async def build(

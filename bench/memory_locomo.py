@@ -39,8 +39,8 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from memory import AsyncMemoryStore, MemorySettings  # noqa: E402
-from memory.embedding import MiniLMEmbedder  # noqa: E402
+from memory import AsyncMemoryStore, MemorySettings
+from memory.embedding import MiniLMEmbedder
 
 DATA = Path(__file__).resolve().parent / "data" / "memory" / "locomo10.zip"
 MODES = ("hybrid", "vector", "keyword")
