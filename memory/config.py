@@ -119,4 +119,5 @@ class MemorySettings(BaseSettings):
 
     def resolved_path(self) -> Path:
         """The ledger path: the explicit one or the default under ``LOOPSTACK_HOME``."""
-        return self.path if self.path is not None else loopstack_home() / "memory" / "memory.db"
+        path = self.path if self.path is not None else loopstack_home() / "memory" / "memory.db"
+        return path.expanduser()

@@ -96,7 +96,7 @@ class AsyncMemoryStore:
         model: ModelClient | None = None,
     ) -> None:
         self.settings = settings or MemorySettings()
-        self.path = Path(path) if path is not None else self.settings.resolved_path()
+        self.path = (Path(path) if path is not None else self.settings.resolved_path()).expanduser()
         self.embedder: Embedder = embedder or make_embedder(self.settings)
         s = self.settings
         if model is None and s.llm_base_url:

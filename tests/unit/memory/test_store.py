@@ -178,3 +178,15 @@ async def test_sync_wrapper_inside_running_loop(tmp_path: Path) -> None:
     rid = st.add("works inside an event loop", user_id="u1")  # would fail with asyncio.run
     assert st.get(rid, user_id="u1").text == "works inside an event loop"
     st.close()
+
+
+def test_path_with_tilde_and_default_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LOOPSTACK_HOME", str(tmp_path / "lh"))
+    with MemoryStore("~/m/x.db", embedder=HashingEmbedder()) as st:
+        st.add("tilde paths are expanded", user_id="u1")
+    assert (tmp_path / "m" / "x.db").exists()
+    with MemoryStore(embedder=HashingEmbedder()) as st:
+        assert st.path == tmp_path / "lh" / "memory" / "memory.db"
+        st.add("default location under LOOPSTACK_HOME", user_id="u1")
+    assert (tmp_path / "lh" / "memory" / "memory.db").exists()
