@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.admission import Admission
 from serving.chat import ChatService
@@ -43,6 +44,42 @@ class TraceIdFilter(logging.Filter):
         return True
 
 
+class TraceMiddleware:
+    """Gives each request a trace_id (from ``x-request-id`` or new), logs and measures it."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        trace_id = headers.get(b"x-request-id", b"").decode() or uuid.uuid4().hex[:16]
+        token = trace_id_var.set(trace_id)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", trace_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            route = scope.get("path", "")
+            elapsed = time.perf_counter() - started
+            self.metrics.requests.labels(route=route, status=str(status)).inc()
+            self.metrics.request_seconds.labels(route=route).observe(elapsed)
+            logger.info("%s %s -> %d in %.1f ms", scope.get("method"), route, status, elapsed * 1e3)
+            trace_id_var.reset(token)
+
+
 @dataclass
 class AppState:
     engine: Engine
@@ -58,6 +95,9 @@ class AppState:
 def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
     app = FastAPI(title="loopstack", version="0.1.0", lifespan=lifespan)
     app.state.loopstack = state
+    # A pure ASGI middleware: @app.middleware("http") would wrap `receive` and hide client
+    # disconnects from request.is_disconnected(), so aborts would never happen.
+    app.add_middleware(TraceMiddleware, metrics=state.metrics)
 
     async def authorize(request: Request) -> None:
         if state.api_key is None:
@@ -70,27 +110,6 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
     def check_model(name: str) -> None:
         if name != state.model_name:
             raise ModelNotFound(name)
-
-    @app.middleware("http")
-    async def trace(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        trace_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
-        token = trace_id_var.set(trace_id)
-        started = time.perf_counter()
-        try:
-            response = await call_next(request)
-        finally:
-            trace_id_var.reset(token)
-        response.headers["x-request-id"] = trace_id
-        route = request.url.path
-        state.metrics.requests.labels(route=route, status=str(response.status_code)).inc()
-        state.metrics.request_seconds.labels(route=route).observe(time.perf_counter() - started)
-        logger.info(
-            "%s %s -> %d in %.1f ms", request.method, route, response.status_code,
-            (time.perf_counter() - started) * 1000, extra={"trace_id": trace_id},
-        )  # fmt: skip
-        return response
 
     @app.exception_handler(ServingError)
     async def serving_error(_: Request, exc: ServingError) -> JSONResponse:

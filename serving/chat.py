@@ -18,9 +18,10 @@ For schemas the regex enforces exactly that check cannot fail; for the others (`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,13 +236,14 @@ class ChatService:
         if plan.mode == "auto":
             detector, sent, intent = IntentDetector(), 0, None
             body = self._body(plan, plan.prompt, regex=None, tally=tally)
-            async for delta in self._stream_text(body, tally):
-                safe, intent = detector.feed(delta)
-                if safe > sent:
-                    yield ContentDelta(detector.text[sent:safe])
-                    sent = safe
-                if intent is not None:
-                    break
+            async with contextlib.aclosing(self._stream_text(body, tally)) as deltas:
+                async for delta in deltas:
+                    safe, intent = detector.feed(delta)
+                    if safe > sent:
+                        yield ContentDelta(detector.text[sent:safe])
+                        sent = safe
+                    if intent is not None:
+                        break  # leaving the block closes the stream: vLLM aborts it
             if intent is None:
                 if len(detector.text) > sent:
                     yield ContentDelta(detector.text[sent:])
@@ -340,12 +342,13 @@ class ChatService:
             body["structured_outputs"] = {"regex": regex}
         return body
 
-    async def _stream_text(self, body: dict[str, Any], tally: _Tally) -> AsyncIterator[str]:
+    async def _stream_text(self, body: dict[str, Any], tally: _Tally) -> AsyncGenerator[str]:
         """Text deltas of one streamed completion; keeps the token count and finish reason.
         Leaving the loop early closes the stream, which makes vLLM abort the request."""
         chunks, counted = 0, False
+        events = sse_json(self.engine.stream("/v1/completions", body))
         try:
-            async for chunk in sse_json(self.engine.stream("/v1/completions", body)):
+            async for chunk in events:
                 if chunk.get("usage"):
                     tally.tokens += int(chunk["usage"]["completion_tokens"])
                     counted = True
@@ -356,6 +359,7 @@ class ChatService:
                     if choice.get("text"):
                         yield choice["text"]
         finally:
+            await events.aclose()
             if not counted:  # aborted early: one chunk is one token in vLLM's stream
                 tally.tokens += chunks
 

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 import httpx
@@ -157,19 +157,27 @@ class VLLMEngine:
         return r.text if r.status_code == 200 else ""
 
 
-async def sse_json(lines: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
-    """Decode ``data: {...}`` SSE lines into objects, stopping at ``data: [DONE]``."""
-    async for line in lines:
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            return
-        obj = _json_or_text(payload)
-        if "error" in obj and "choices" not in obj:
-            code = obj["error"].get("code") if isinstance(obj["error"], dict) else None
-            raise UpstreamError(code if isinstance(code, int) else 500, obj)
-        yield obj
+async def sse_json(lines: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any]]:
+    """Decode ``data: {...}`` SSE lines into objects, stopping at ``data: [DONE]``.
+
+    Closing this generator closes `lines` at once (not at garbage collection), which is what
+    makes vLLM abort a generation we no longer want."""
+    try:
+        async for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return
+            obj = _json_or_text(payload)
+            if "error" in obj and "choices" not in obj:
+                code = obj["error"].get("code") if isinstance(obj["error"], dict) else None
+                raise UpstreamError(code if isinstance(code, int) else 500, obj)
+            yield obj
+    finally:
+        aclose = getattr(lines, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def _json_or_text(raw: bytes) -> dict[str, Any]:

@@ -123,7 +123,7 @@ ADVERSARIAL: dict[str, tuple[dict[str, Any], str]] = {
             "required": ["shape", "when"],
         },
         "Draw a point at 3,4 on the 5th of May 2026.",
-    ),  # fmt: skip
+    ),
 }
 
 
