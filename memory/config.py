@@ -74,6 +74,10 @@ class MemorySettings(BaseSettings):
         default=0.05,
         description="Keyword terms found in more than this fraction of records are dropped",
     )
+    keyword_posting_budget: int = Field(
+        default=4_000,
+        description="Most postings (sum of term document frequencies) one keyword query ranks",
+    )
     keyword_min_df_records: int = Field(
         default=2_000, description="Below this many records no term is dropped for frequency"
     )

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from memory.config import MemorySettings
 from memory.exceptions import EmbeddingError
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "HashingEmbedder",
     "MiniLMEmbedder",
     "Vectors",
+    "make_embedder",
     "minilm_model_path",
     "normalize",
 ]
@@ -219,3 +221,20 @@ class HashingEmbedder:
 
     async def embed(self, texts: list[str]) -> Vectors:
         return self.embed_sync(texts)
+
+
+def make_embedder(settings: MemorySettings) -> Embedder:
+    """The embedder ``settings.embedder`` names."""
+    if settings.embedder == "hashing":
+        return HashingEmbedder()
+    if settings.embedder == "endpoint":
+        if not settings.llm_base_url:
+            raise EmbeddingError("embedder=endpoint needs LOOPSTACK_MEMORY_LLM_BASE_URL")
+        return EndpointEmbedder(
+            settings.llm_base_url,
+            settings.embedding_model,
+            dim=384,
+            api_key=settings.llm_api_key,
+            timeout_s=settings.llm_timeout_s,
+        )
+    return MiniLMEmbedder(batch_size=settings.embedding_batch)

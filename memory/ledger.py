@@ -70,9 +70,15 @@ CREATE TRIGGER IF NOT EXISTS records_ai AFTER INSERT ON records BEGIN
     INSERT INTO records_fts(rowid, text, scope_token)
     VALUES (new.rowid, new.text, new.scope_token);
 END;
-CREATE TRIGGER IF NOT EXISTS records_ad AFTER DELETE ON records BEGIN
+-- Superseded records leave the FTS index (so keyword recall needs no join to skip them).
+CREATE TRIGGER IF NOT EXISTS records_au AFTER UPDATE OF superseded_by ON records
+WHEN old.superseded_by IS NULL AND new.superseded_by IS NOT NULL BEGIN
     INSERT INTO records_fts(records_fts, rowid, text, scope_token)
     VALUES ('delete', old.rowid, old.text, old.scope_token);
+END;
+CREATE TRIGGER IF NOT EXISTS records_ad AFTER DELETE ON records BEGIN
+    INSERT INTO records_fts(records_fts, rowid, text, scope_token)
+    SELECT 'delete', old.rowid, old.text, old.scope_token WHERE old.superseded_by IS NULL;
     DELETE FROM vectors WHERE rowid = old.rowid;
 END;
 CREATE TABLE IF NOT EXISTS changes (
@@ -335,6 +341,27 @@ class Ledger:
                 (user_id, fingerprint),
             )
 
+    def decay(
+        self, now: float, half_life_days: float, prune_below: float
+    ) -> tuple[int, list[Record]]:
+        """Halve weights per ``half_life_days`` of disuse since the later of last use and the
+        previous run; returns (records decayed, faded non-explicit records to prune)."""
+        prev = float(self.get_meta("decayed_at") or 0.0)
+        with self._tx() as cur:
+            cur.execute(
+                "UPDATE records SET weight = weight * pow(0.5, max(0.0, ? - max(created_at, "
+                "coalesce(last_used_at, 0), ?)) / 86400.0 / ?) WHERE superseded_by IS NULL",
+                (now, prev, half_life_days),
+            )
+            decayed = cur.rowcount
+            rows = cur.execute(
+                f"SELECT {_COLUMNS} FROM records WHERE weight < ? "
+                "AND source != 'user_explicit' AND superseded_by IS NULL",
+                (prune_below,),
+            ).fetchall()
+        self.set_meta("decayed_at", repr(now))
+        return decayed, [_row_to_record(r) for r in rows]
+
     def compact_changes(self, upto_seq: int) -> None:
         with self._tx() as cur:
             cur.execute("DELETE FROM changes WHERE seq <= ?", (upto_seq,))
@@ -418,11 +445,10 @@ class Ledger:
             return []
         quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         match = f'scope_token : "{scope_token(scope.user_id)}" AND ({quoted})'
+        # Superseded records are not in the FTS index (trigger records_au).
         rows = self._reader.execute(
-            "SELECT r.rowid, bm25(records_fts, 1.0, 0.0) AS s FROM records_fts "
-            "JOIN records r ON r.rowid = records_fts.rowid "
-            "WHERE records_fts MATCH ? AND r.superseded_by IS NULL "
-            "ORDER BY s LIMIT ?",
+            "SELECT rowid, rank FROM records_fts WHERE records_fts MATCH ? "
+            "AND rank MATCH 'bm25(1.0, 0.0)' ORDER BY rank LIMIT ?",
             (match, k),
         ).fetchall()
         return [(int(r[0]), -float(r[1])) for r in rows]

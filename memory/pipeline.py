@@ -102,12 +102,34 @@ def stem_terms(terms: Sequence[str]) -> dict[str, str]:
 
 
 def prune_terms(
-    terms: Sequence[str], df: dict[str, int], stems: dict[str, str], n_docs: int, max_df: float
+    terms: Sequence[str],
+    df: dict[str, int],
+    stems: dict[str, str],
+    n_docs: int,
+    max_df: float,
+    posting_budget: int,
 ) -> list[str]:
-    """Drop terms that occur in more than ``max_df`` of all records: they carry little
-    BM25 weight and make FTS5 rank huge posting lists (the main cost at 1M records)."""
+    """Keep the rarest terms, up to ``posting_budget`` postings in all.
+
+    FTS5 scores every document that matches any term, so the cost of a query is the sum of
+    its terms' document frequencies. Rare terms carry most of the BM25 weight (IDF), so the
+    rarest are kept first; terms in more than ``max_df`` of all records are never used, and
+    the rarest usable term is always kept. This bounds keyword recall at any store size.
+    """
     limit = max(1.0, max_df * n_docs)
-    return [t for t in terms if df.get(stems.get(t, t), 0) <= limit]
+    usable = sorted(
+        (df.get(stems.get(t, t), 0), i, t)
+        for i, t in enumerate(terms)
+        if df.get(stems.get(t, t), 0) <= limit
+    )
+    kept: list[tuple[int, str]] = []
+    total = 0
+    for d, i, t in usable:
+        if kept and total + d > posting_budget:
+            break
+        kept.append((i, t))
+        total += d
+    return [t for _, t in sorted(kept)]
 
 
 _TYPE_HINTS: dict[MemoryType, tuple[str, ...]] = {

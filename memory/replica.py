@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from memory.config import MemorySettings
+from memory.embedding import Embedder
 from memory.index import ShardedIndex, shard_name
 from memory.ledger import Change, Ledger
 
@@ -132,6 +133,24 @@ class IndexReplica:
         self._save_cost = time.monotonic() - t0
         self._last_save, self._since_save = time.monotonic(), 0
         return True
+
+    async def reembed(self, embedder: Embedder) -> None:
+        """Embed every stored text again (after a model change); call :meth:`rebuild` next."""
+        ledger, last = self.ledger, 0
+        while True:
+            rows = ledger._reader.execute(
+                "SELECT rowid, text FROM records WHERE rowid > ? ORDER BY rowid LIMIT 512", (last,)
+            ).fetchall()
+            if not rows:
+                break
+            vecs = await embedder.embed([r[1] for r in rows])
+            with ledger._tx() as cur:
+                cur.executemany(
+                    "UPDATE vectors SET vec = ? WHERE rowid = ?",
+                    [(v.tobytes(), r[0]) for r, v in zip(rows, vecs, strict=True)],
+                )
+            last = int(rows[-1][0])
+        ledger.set_meta("embedder", f"{embedder.name}:{embedder.dim}")
 
     def rebuild(self) -> dict[str, Any]:
         """Drop every shard file and rebuild all shards from the ledger's stored vectors."""

@@ -23,13 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from memory.config import MemorySettings
-from memory.embedding import (
-    Embedder,
-    EndpointEmbedder,
-    HashingEmbedder,
-    MiniLMEmbedder,
-    Vectors,
-)
+from memory.embedding import Embedder, Vectors, make_embedder
 from memory.exceptions import (
     IndexMismatchError,
     ModelError,
@@ -61,27 +55,11 @@ from memory.records import (
 from memory.replica import IndexReplica
 from memory.writeback import apply_turn, fingerprint, only_redactions, redact, same_content
 
-__all__ = ["AsyncMemoryStore", "RecallMode", "make_embedder"]
+__all__ = ["AsyncMemoryStore", "RecallMode"]
 
 logger = logging.getLogger(__name__)
 
 RecallMode = Literal["hybrid", "vector", "keyword"]
-
-
-def make_embedder(settings: MemorySettings) -> Embedder:
-    if settings.embedder == "hashing":
-        return HashingEmbedder()
-    if settings.embedder == "endpoint":
-        if not settings.llm_base_url:
-            raise ModelError("embedder=endpoint needs LOOPSTACK_MEMORY_LLM_BASE_URL")
-        return EndpointEmbedder(
-            settings.llm_base_url,
-            settings.embedding_model,
-            dim=384,
-            api_key=settings.llm_api_key,
-            timeout_s=settings.llm_timeout_s,
-        )
-    return MiniLMEmbedder(batch_size=settings.embedding_batch)
 
 
 class AsyncMemoryStore:
@@ -391,21 +369,7 @@ class AsyncMemoryStore:
     def _decay_sync(self, now: float) -> dict[str, int]:
         self._flush_usage()
         s, ledger = self.settings, self.ledger
-        prev = float(ledger.get_meta("decayed_at") or 0.0)
-        with ledger._tx() as cur:
-            cur.execute(
-                "UPDATE records SET weight = weight * pow(0.5, max(0.0, ? - max(created_at, "
-                "coalesce(last_used_at, 0), ?)) / 86400.0 / ?) WHERE superseded_by IS NULL",
-                (now, prev, s.decay_half_life_days),
-            )
-            decayed = cur.rowcount
-            rows = cur.execute(
-                "SELECT id FROM records WHERE weight < ? AND source != 'user_explicit' "
-                "AND superseded_by IS NULL",
-                (s.prune_below_weight,),
-            ).fetchall()
-        ledger.set_meta("decayed_at", repr(now))
-        doomed = [r for r in (ledger.get(row[0]) for row in rows) if r is not None]
+        decayed, doomed = ledger.decay(now, s.decay_half_life_days, s.prune_below_weight)
         ledger.delete(doomed)
         self.replica.catch_up()
         self.replica.persist()
@@ -452,15 +416,21 @@ class AsyncMemoryStore:
             except ModelError as exc:
                 logger.warning("query rewrite failed, using the message as is: %s", exc)
         timings["rewrite"] = (time.perf_counter() - t0) * 1e3
+        # Gate 2's keyword side needs no embedding: it runs while the query is embedded.
+        keyword = asyncio.create_task(asyncio.to_thread(self._keyword_sync, scope, q, mode))
         t1 = time.perf_counter()
-        vec = (await self.embedder.embed([q]))[0]
-        timings["embed"] = (time.perf_counter() - t1) * 1e3
+        try:
+            vec = (await self.embedder.embed([q]))[0]
+        finally:
+            timings["embed"] = (time.perf_counter() - t1) * 1e3
+            kw_hits, timings["keyword"] = await keyword
         budget = self.settings.budget_tokens if budget_tokens is None else budget_tokens
         return await asyncio.to_thread(
             self._recall_sync,
             scope,
             q,
             vec,
+            kw_hits,
             mode,
             budget,
             task,
@@ -471,11 +441,36 @@ class AsyncMemoryStore:
             t0,
         )
 
+    def _keyword_sync(
+        self, scope: Scope, q: str, mode: RecallMode
+    ) -> tuple[dict[int, float], float]:
+        """FTS5 side of gate 2: (rowid -> bm25, milliseconds)."""
+        t = time.perf_counter()
+        s, ledger = self.settings, self.ledger
+        if mode == "vector" or s.keyword_k <= 0:
+            return {}, 0.0
+        self.replica.catch_up(blocking=False)
+        terms = query_terms(q)
+        n_docs = len(self.index)
+        if terms and n_docs >= s.keyword_min_df_records:
+            stems = stem_terms(terms)
+            terms = prune_terms(
+                terms,
+                ledger.doc_freq(list(stems.values())),
+                stems,
+                n_docs,
+                s.keyword_max_df,
+                s.keyword_posting_budget,
+            )
+        hits = dict(ledger.keyword(scope, terms, s.keyword_k))
+        return hits, (time.perf_counter() - t) * 1e3
+
     def _recall_sync(
         self,
         scope: Scope,
         q: str,
         vec: Vectors,
+        kw_hits: dict[int, float],
         mode: RecallMode,
         budget: int,
         task: str | None,
@@ -492,18 +487,6 @@ class AsyncMemoryStore:
         if mode != "keyword":
             vec_hits = dict(self.index.search(shard_name(scope.user_id), vec[None, :], s.vector_k))
         timings["vector"] = (time.perf_counter() - t) * 1e3
-        t = time.perf_counter()
-        kw_hits: dict[int, float] = {}
-        if mode != "vector" and s.keyword_k > 0:
-            terms = query_terms(q)
-            n_docs = len(self.index)
-            if terms and n_docs >= s.keyword_min_df_records:
-                stems = stem_terms(terms)
-                terms = prune_terms(
-                    terms, ledger.doc_freq(list(stems.values())), stems, n_docs, s.keyword_max_df
-                )
-            kw_hits = dict(ledger.keyword(scope, terms, s.keyword_k))
-        timings["keyword"] = (time.perf_counter() - t) * 1e3
         t = time.perf_counter()
         records = ledger.by_rowids(list(vec_hits.keys() | kw_hits.keys()), scope)
         missing = [r for r in records if r not in vec_hits and mode != "keyword"]
@@ -581,25 +564,8 @@ class AsyncMemoryStore:
         await self.open()
         async with self._write_lock:
             if reembed:
-                await self._reembed()
+                await self.replica.reembed(self.embedder)
             return await asyncio.to_thread(self.replica.rebuild)
-
-    async def _reembed(self) -> None:
-        ledger, last = self.ledger, 0
-        while True:
-            rows = ledger._reader.execute(
-                "SELECT rowid, text FROM records WHERE rowid > ? ORDER BY rowid LIMIT 512", (last,)
-            ).fetchall()
-            if not rows:
-                break
-            vecs = await self.embedder.embed([r[1] for r in rows])
-            with ledger._tx() as cur:
-                cur.executemany(
-                    "UPDATE vectors SET vec = ? WHERE rowid = ?",
-                    [(v.tobytes(), r[0]) for r, v in zip(rows, vecs, strict=True)],
-                )
-            last = int(rows[-1][0])
-        ledger.set_meta("embedder", f"{self.embedder.name}:{self.embedder.dim}")
 
     async def list(
         self, *, user_id: str, include_superseded: bool = False, limit: int = 50, offset: int = 0
