@@ -75,7 +75,7 @@ class MemorySettings(BaseSettings):
         description="Keyword terms found in more than this fraction of records are dropped",
     )
     keyword_posting_budget: int = Field(
-        default=4_000,
+        default=2_500,
         description="Most postings (sum of term document frequencies) one keyword query ranks",
     )
     keyword_min_df_records: int = Field(

@@ -180,3 +180,15 @@ async def test_no_cross_user_results_in_10k_random_queries(tmp_path: Path) -> No
     assert checked > 100_000  # the test really looked at many candidates
     assert time.perf_counter() - t0 < 120
     await st.close()
+
+
+def test_prune_terms_keeps_rarest_within_budget() -> None:
+    from memory.pipeline import prune_terms
+
+    df = {"common": 900, "rare": 3, "mid": 150, "huge": 60_000}
+    stems = {t: t for t in df}
+    terms = ["common", "rare", "mid", "huge"]
+    assert prune_terms(terms, df, stems, 100_000, 0.05, 2_500) == ["common", "rare", "mid"]
+    assert prune_terms(terms, df, stems, 100_000, 0.05, 200) == ["rare", "mid"]
+    assert prune_terms(["huge"], df, stems, 100_000, 0.05, 2_500) == []
+    assert prune_terms(["common"], df, stems, 100_000, 0.05, 500) == []
