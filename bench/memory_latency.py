@@ -223,8 +223,10 @@ async def main() -> None:
         path = workdir / f"store-{n}.db"
         st, build_s = await build(path, texts[:n], vecs, emb, s)
         stats = await st.stats()
+        load_before = os.getloadavg()[0]
         r = await measure_recall(st, queries, args.warmup)
         r.update(
+            loadavg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
             records=n,
             build_s=round(build_s, 1),
             build_rps=round(n / build_s),
