@@ -41,9 +41,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from memory import AsyncMemoryStore, MemorySettings
 from memory.embedding import MiniLMEmbedder
+from memory.store import RecallMode
 
 DATA = Path(__file__).resolve().parent / "data" / "memory" / "locomo10.zip"
-MODES = ("hybrid", "vector", "keyword")
+MODES: tuple[RecallMode, ...] = ("hybrid", "vector", "keyword")
 KS = (1, 3, 5, 10)
 
 
@@ -77,10 +78,11 @@ def turns_of(conv: dict[str, Any]) -> list[tuple[str, str, float]]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     emb = MiniLMEmbedder()
-    extra = {"w_importance": 0.0, "w_freshness": 0.0, "type_boost": 0.0} if args.pure else {}
-    settings = MemorySettings(
-        vector_k=args.depth, keyword_k=args.depth, persist_every=10**9, **extra
-    )
+    settings = MemorySettings(vector_k=args.depth, keyword_k=args.depth, persist_every=10**9)
+    if args.pure:
+        settings = settings.model_copy(
+            update={"w_importance": 0.0, "w_freshness": 0.0, "type_boost": 0.0}
+        )
     workdir = Path(tempfile.mkdtemp(prefix="locomo-"))
     st = AsyncMemoryStore(workdir / "locomo.db", embedder=emb, settings=settings)
     convs = load_conversations()[: args.limit]
