@@ -136,7 +136,12 @@ class HnswShard:
             self.index.add_with_ids(np.ascontiguousarray(vectors), np.asarray(ids, np.int64))
 
     def remove(self, ids: Sequence[int]) -> None:
-        self.tombstones.update(int(i) for i in ids)
+        """Tombstone the ids that are really in the graph (so ``len`` stays exact)."""
+        wanted = np.asarray(list(ids), dtype=np.int64)
+        if not len(wanted):
+            return
+        present = faiss.vector_to_array(self.index.id_map)
+        self.tombstones.update(int(i) for i in wanted[np.isin(wanted, present)])
 
     @property
     def needs_rebuild(self) -> bool:
