@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,8 @@ from outlines_core.json_schema import build_regex_from_schema
 
 from serving.exceptions import InvalidRequest
 
-WHITESPACE = r"[ ]?"
+WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)
+MAX_COUNTED = 16  # largest {m,n} / maxLength / maxItems compiled into a regex
 _PLACEHOLDER = "LSNUMRANGE{}X"
 # Keywords whose meaning no regex built here enforces: output must be re-validated.
 _INEXACT_KEYWORDS = frozenset(
@@ -115,6 +117,7 @@ def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
             exact &= _rewrite_bounds(sub, ranges, what)
     for key in _SUBSCHEMA_SINGLE:
         exact &= _rewrite_bounds(node.get(key), ranges, what)
+    exact &= _relax_sizes(node)
     kind = node.get("type")
     bounded = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & node.keys()
     if isinstance(kind, list) and bounded and {"integer", "number"} & set(kind):
@@ -135,6 +138,88 @@ def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
                 del node[key]
         node.update({"type": "string", "pattern": placeholder})
     return exact
+
+
+def _relax_sizes(node: dict[str, Any]) -> bool:
+    """Drop counted repetition the automaton cannot afford. Returns False if anything went.
+
+    Outlines compiles the regex into an automaton whose every state is walked against the
+    whole vocabulary (~150k tokens for Qwen): ``maxLength: 1024`` alone is 1024 states, and
+    real-world schemas carry dozens of such bounds (vLLM ran out of 24 GiB on one). Bounds
+    above `MAX_COUNTED` are therefore left to the final jsonschema check.
+    """
+    exact = True
+    for key in ("minLength", "maxLength", "minItems", "maxItems"):
+        value = node.get(key)
+        if isinstance(value, int) and value > MAX_COUNTED:
+            del node[key]
+            exact = False
+    pattern = node.get("pattern")
+    if isinstance(pattern, str):
+        relaxed = _COUNTED.sub(_uncount, pattern)
+        if relaxed != pattern:
+            exact = False
+        node["pattern"] = json_safe_pattern(relaxed)
+    return exact
+
+
+_STRING_CHAR = r'[^"\\\x00-\x1F\x7F-\x9F]'
+_NEGATED_SHORTHAND = {"S": r"\s", "W": r"\w", "D": r"\d"}
+
+
+def json_safe_pattern(pattern: str) -> str:
+    """Make a `pattern` match only characters a JSON string can hold unescaped.
+
+    Outlines puts the pattern between quotes as is, so ``.`` or ``[^a]`` would admit ``"``,
+    ``\\`` and control characters: output that is not JSON, and an automaton that explodes
+    (``arn:.*:.*:.+`` took 13 s to compile, 1.3 s once made JSON-safe). Outside character
+    classes ``.`` and ``\\S``/``\\W``/``\\D`` become JSON-safe classes; negated classes exclude
+    the unsafe characters too.
+    """
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            nxt = pattern[i + 1]
+            if not in_class and nxt in _NEGATED_SHORTHAND:
+                out.append(f'[^{_NEGATED_SHORTHAND[nxt]}"\\\\\\x00-\\x1F\\x7F-\\x9F]')
+            else:
+                out.append(c + nxt)
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+            out.append(c)
+        elif c == "[":
+            in_class = True
+            if pattern.startswith("[^", i):
+                out.append('[^"\\\\\\x00-\\x1F\\x7F-\\x9F')
+                i += 2
+                if i < n and pattern[i] == "]":  # "[^]...]": a literal ] first
+                    out.append("\\]")
+                    i += 1
+                continue
+            out.append(c)
+        elif c == ".":
+            out.append(_STRING_CHAR)
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+_COUNTED = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")
+
+
+def _uncount(m: re.Match[str]) -> str:
+    low = int(m.group(1))
+    high = m.group(2)
+    top = low if high is None else (int(high) if high else None)
+    if top is not None and top <= MAX_COUNTED:
+        return m.group(0)
+    return "*" if low == 0 else "+"
 
 
 def _bounds(node: dict[str, Any], *, integer: bool) -> tuple[int | None, int | None, bool]:

@@ -1,0 +1,62 @@
+"""How expensive are our constraints for the engine? Compiles each corpus request's tool
+regex into the Outlines index vLLM builds (same vocabulary code), reporting time and RSS.
+
+    python -m bench.constraint_compile --limit 40 [--model-path DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+from pathlib import Path
+
+from serving.constraint import compile_schema, tool_call_regex
+
+CORPUS = Path(__file__).parent / "data" / "tool_schemas.jsonl"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--limit", type=int, default=40)
+    ap.add_argument("--model-path", default=None, help="HF folder (default: offline model)")
+    ap.add_argument("--single", action="store_true", help="only the tool, no distractors")
+    args = ap.parse_args()
+
+    import outlines_core as oc
+    from transformers import AutoTokenizer
+    from vllm.v1.structured_output.utils import get_outlines_vocabulary
+
+    from serving.config import ServerSettings
+    from serving.model_store import ensure_offline_default
+
+    path = args.model_path or str(ensure_offline_default(ServerSettings().home))
+    vocab = get_outlines_vocabulary(AutoTokenizer.from_pretrained(path))
+    entries = [json.loads(line) for line in CORPUS.read_text().splitlines()]
+    by_name = {e["tool"]["function"]["name"]: e for e in entries}
+    step = max(1, len(entries) // args.limit)
+    times, sizes, exact = [], [], 0
+    for e in entries[::step][: args.limit]:
+        names = [e["tool"]["function"]["name"]] + ([] if args.single else e["distractors"])
+        tools = {n: compile_schema(by_name[n]["tool"]["function"]["parameters"]) for n in names}
+        exact += all(t.exact for t in tools.values())
+        regex = tool_call_regex(tools, parallel=True)
+        started = time.perf_counter()
+        oc.Index(regex, vocab.inner)
+        times.append(time.perf_counter() - started)
+        sizes.append(len(regex))
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"{e['id']:<60} {len(regex):>7} chars {times[-1]:7.2f} s  maxrss {rss:,.0f} MB")
+    times.sort()
+    print(
+        f"\n{len(times)} tool sets: compile p50 {statistics.median(times):.2f} s, "
+        f"p90 {times[int(0.9 * (len(times) - 1))]:.2f} s, max {times[-1]:.2f} s; "
+        f"regex chars p50 {statistics.median(sizes):.0f}; exact (no post-check needed) "
+        f"{exact}/{len(times)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
