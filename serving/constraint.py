@@ -149,9 +149,14 @@ def _relax_sizes(node: dict[str, Any]) -> bool:
     above `MAX_COUNTED` are therefore left to the final jsonschema check.
     """
     exact = True
-    for key in ("minLength", "maxLength", "minItems", "maxItems"):
+    items = node.get("items")
+    # Counted arrays of objects repeat the whole object automaton: keep them uncounted.
+    item_limit = 1 if isinstance(items, dict) and not _is_scalar(items) else MAX_COUNTED
+    limits = {"minLength": MAX_COUNTED, "maxLength": MAX_COUNTED}
+    limits.update(minItems=item_limit, maxItems=item_limit if item_limit > 1 else 0)
+    for key, limit in limits.items():
         value = node.get(key)
-        if isinstance(value, int) and value > MAX_COUNTED:
+        if isinstance(value, int) and value > limit:
             del node[key]
             exact = False
     pattern = node.get("pattern")
@@ -208,6 +213,12 @@ def json_safe_pattern(pattern: str) -> str:
             out.append(c)
         i += 1
     return "".join(out)
+
+
+def _is_scalar(schema: dict[str, Any]) -> bool:
+    return schema.get("type") in ("string", "integer", "number", "boolean", "null") and not (
+        {"anyOf", "oneOf", "allOf", "$ref"} & schema.keys()
+    )
 
 
 _COUNTED = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")

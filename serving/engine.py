@@ -73,6 +73,7 @@ class VLLMEngine:
         self.base_url = (base_url or f"http://127.0.0.1:{port}").rstrip("/").removesuffix("/v1")
         self._spawn = base_url is None
         self._proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(None, connect=10.0),
@@ -102,6 +103,18 @@ class VLLMEngine:
             await asyncio.sleep(1.0)
         await self.stop()
         raise EngineStartError(f"vLLM did not become healthy in {self.start_timeout_s:.0f} s")
+
+    async def supervise(self, interval_s: float = 5.0) -> None:
+        """Restart vLLM if it dies (e.g. killed for memory); runs until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if self._spawn and self._proc is not None and self._proc.poll() is not None:
+                logger.error("vLLM exited with code %s; restarting it", self._proc.returncode)
+                self.restarts += 1
+                try:
+                    await self.start()
+                except EngineStartError:
+                    logger.exception("vLLM restart failed; will try again")
 
     async def stop(self) -> None:
         await self._client.aclose()
