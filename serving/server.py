@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -81,9 +82,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def lifespan(_: Any) -> AsyncIterator[None]:
         await engine.start()
         logger.info("loopstack serving %s on http://%s:%d/v1", name, settings.host, settings.port)
+        watchdog = asyncio.create_task(engine.supervise())
         try:
             yield
         finally:
+            watchdog.cancel()
             await engine.stop()
 
     return build_app(state, lifespan=lifespan)
