@@ -9,6 +9,8 @@ BIN    := $(VENV)/bin
 ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 STAMP  := $(VENV)/.installed-$(ENGINE)
 PYTEST_ARGS ?=
+PKGS    := loopstack serving memory bench agent
+PY_DIRS := $(PKGS) tests
 
 .PHONY: help install serve test test-unit test-integration lint format bench clean
 
@@ -39,13 +41,13 @@ serve: install
 	$(BIN)/loopstack serve
 
 lint: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy loopstack serving memory bench agent
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
+	$(BIN)/mypy $(PKGS)
 
 format: install
-	$(BIN)/ruff format .
-	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format $(PY_DIRS)
+	$(BIN)/ruff check --fix $(PY_DIRS)
 
 test: install lint
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS)

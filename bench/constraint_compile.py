@@ -33,7 +33,7 @@ def main() -> None:
     from serving.model_store import ensure_offline_default
 
     path = args.model_path or str(ensure_offline_default(ServerSettings().home))
-    vocab = get_outlines_vocabulary(AutoTokenizer.from_pretrained(path))
+    vocab = get_outlines_vocabulary(AutoTokenizer.from_pretrained(path))  # type: ignore[arg-type]
     entries = [json.loads(line) for line in CORPUS.read_text().splitlines()]
     by_name = {e["tool"]["function"]["name"]: e for e in entries}
     step = max(1, len(entries) // args.limit)

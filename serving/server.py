@@ -34,6 +34,7 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine call: noise
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
