@@ -5,7 +5,8 @@ unchanged, except that a ``response_format`` JSON schema is swapped for our Outl
 (which enforces numeric bounds). Requests that may call tools take our path:
 
 * ``required`` / named - the prompt ends with ``<tool_call>\\n`` and vLLM's outlines backend
-  enforces `tool_call_regex` over the offered tools (or the named one).
+  enforces, in two stages, the call's head (the tool's name, chosen among those offered,
+  unless only one is) and then that tool's arguments (`constraint.arguments_regex`).
 * ``auto`` - a *lazy constraint*: the model writes freely; `IntentDetector` watches for the
   start of a call (``<tool_call>``, a ```json fence, a bare ``{"name": ...}``). Then the free
   stream is dropped (vLLM aborts it) and the call is generated again under the constraint
@@ -21,11 +22,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.constraint import CompiledSchema, tool_call_regex
+from serving.constraint import CompiledSchema, arguments_regex, call_head, name_regex
 from serving.engine import Engine, sse_json
 from serving.exceptions import InvalidRequest, ToolCallValidationError
 from serving.metrics import Metrics
@@ -53,6 +55,7 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 MAX_CALLS_PER_TURN = 16
 NEXT_CALL = "\n<tool_call>\n"
+_HEAD_NAME = re.compile(r'\{"name": "([^"]*)", "arguments": $')
 _SAMPLING_KEYS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
 _CHAT_ONLY = {
     "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format",
@@ -67,7 +70,8 @@ class ToolPlan:
 
     mode: str  # "required" | "named" | "auto"
     tools: dict[str, CompiledSchema]
-    regex: str
+    name_regex: str
+    args_regex: dict[str, str]
     constrained: bool
     prompt: str
     prompt_tokens: int
@@ -172,7 +176,10 @@ class ChatService:
         return ToolPlan(
             mode=mode,
             tools=offered,
-            regex=tool_call_regex(offered, parallel=req.parallel_tool_calls),
+            name_regex=name_regex(list(offered)),
+            args_regex={
+                n: arguments_regex(c, parallel=req.parallel_tool_calls) for n, c in offered.items()
+            },
             constrained=req.loopstack.constrained,
             prompt=prompt,
             prompt_tokens=prompt_tokens,
@@ -270,22 +277,49 @@ class ChatService:
     async def _call_rounds(
         self, plan: ToolPlan, prompt: str, tally: _Tally, override: dict[str, Any] | None = None
     ) -> AsyncIterator[str]:
-        """Constrained text of one or more calls. The regex admits one call, optionally
-        followed by the opening of another; then we continue from there (prefix-cached), so
-        the grammar vLLM compiles stays the size of one call."""
+        """Constrained text of one or more calls, each in two stages: the head (which tool;
+        skipped when only one is offered), then that tool's arguments. The arguments regex
+        may end by opening another call; we then continue from there (prefix-cached)."""
         prompt += TOOL_CALL_OPEN
+        only = next(iter(plan.tools)) if len(plan.tools) == 1 else None
         for _ in range(MAX_CALLS_PER_TURN):
-            body = self._body(plan, prompt, regex=plan.regex, tally=tally)
-            if body["max_tokens"] <= 0:
-                tally.finish = "length"
-                return
+            if only is not None:
+                head = call_head(only)
+                yield head
+            else:
+                head = ""
+                async for delta in self._generate(plan, prompt, plan.name_regex, tally, override):
+                    head += delta
+                    yield delta
+                if tally.finish != "stop":
+                    return
+            name = _HEAD_NAME.match(head)
+            if name is None or name.group(1) not in plan.args_regex:  # pragma: no cover
+                raise ToolCallValidationError(f"the engine broke the call head: {head!r}")
+            prompt += head
             text = ""
-            async for delta in self._stream_text({**body, **(override or {})}, tally):
+            args_regex = plan.args_regex[name.group(1)]
+            async for delta in self._generate(plan, prompt, args_regex, tally, override):
                 text += delta
                 yield delta
             if tally.finish != "stop" or not text.endswith(NEXT_CALL):
                 return
             prompt += text
+
+    async def _generate(
+        self,
+        plan: ToolPlan,
+        prompt: str,
+        regex: str,
+        tally: _Tally,
+        override: dict[str, Any] | None,
+    ) -> AsyncIterator[str]:
+        body = self._body(plan, prompt, regex=regex, tally=tally)
+        if body["max_tokens"] <= 0:
+            tally.finish = "length"
+            return
+        async for delta in self._stream_text({**body, **(override or {})}, tally):
+            yield delta
 
     async def _validated_calls(
         self, plan: ToolPlan, prompt: str, tally: _Tally

@@ -354,20 +354,34 @@ def regex_literal(text: str) -> str:
     return "".join("\\" + c if c in special else c for c in text)
 
 
-def tool_call_regex(tools: dict[str, CompiledSchema], *, parallel: bool) -> str:
-    """Regex for the model's output after the prompt ends with ``<tool_call>\\n``.
+def call_head(name: str) -> str:
+    """The text of a call up to its arguments: ``{"name": "<name>", "arguments": ``."""
+    return '{"name": "' + name + '", "arguments": '
 
-    One call is ``{"name": "<tool>", "arguments": <args>}``, optionally closed by
-    ``\\n</tool_call>``. With `parallel`, the close may be followed by the opening of another
-    call (``\\n<tool_call>\\n``): the caller then continues generation from there under the
-    same regex. One call per regex keeps the automaton vLLM compiles small - a repeated group
-    of several tool schemas can take longer than vLLM's compile timeout.
+
+def name_regex(names: list[str]) -> str:
+    """Stage 1 of a call: the head, with the name chosen among `names`."""
+    choice = "|".join(regex_literal(n) for n in names)
+    return regex_literal('{"name": "') + f"({choice})" + regex_literal('", "arguments": ')
+
+
+def arguments_regex(schema: CompiledSchema, *, parallel: bool) -> str:
+    """Stage 2 of a call: its arguments and the closing brace, optionally ``\\n</tool_call>``;
+    with `parallel`, then optionally the opening of another call (``\\n<tool_call>\\n``),
+    after which the caller continues from stage 1.
+
+    Splitting the call in two keeps every automaton the size of one schema, and lets vLLM's
+    cache reuse a tool's automaton whatever other tools come with it: a union of several
+    real-world schemas took minutes to compile, or exhausted memory.
     """
+    tail = r"(\n</tool_call>(\n<tool_call>\n)?)?" if parallel else r"(\n</tool_call>)?"
+    return f"({schema.regex})" + r"\}" + tail
+
+
+def tool_call_regex(tools: dict[str, CompiledSchema], *, parallel: bool) -> str:
+    """The whole language of one call (stage 1 then 2), for documentation and tests."""
     alternatives = [
-        r"\{" + regex_literal(f'"name": "{name}", "arguments": ') + f"({c.regex})" + r"\}"
+        regex_literal(call_head(name)) + arguments_regex(c, parallel=parallel)
         for name, c in tools.items()
     ]
-    one = "(" + "|".join(f"({a})" for a in alternatives) + ")"
-    if not parallel:
-        return one + r"(\n</tool_call>)?"
-    return one + r"(\n</tool_call>(\n<tool_call>\n)?)?"
+    return "(" + "|".join(f"({a})" for a in alternatives) + ")"

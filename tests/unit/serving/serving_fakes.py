@@ -57,6 +57,10 @@ class FakeTokenizer:
         return {"input_ids": list(range(len(text.split())))}
 
 
+NAME_STAGE = r'\{"name": "('
+ARGS_KEY = '"arguments": '
+
+
 class FakeEngine:
     """vLLM-shaped answers from scripts.
 
@@ -77,6 +81,7 @@ class FakeEngine:
         self.gate: asyncio.Event | None = None
         self.entered = asyncio.Event()
         self.streams_closed_early = 0
+        self._pending: str | None = None
         self.chat_content = '{"answer": 42}'
 
     # -- Engine protocol ------------------------------------------------------------------
@@ -145,9 +150,26 @@ class FakeEngine:
             await self.gate.wait()
 
     def _next(self, body: dict[str, Any]) -> str:
-        script = self.constrained if "structured_outputs" in body else self.free
-        assert script, f"no scripted output for {body.get('structured_outputs')}"
-        return script.pop(0) if len(script) > 1 else script[0]
+        if "structured_outputs" not in body:
+            assert self.free, "no scripted free output"
+            return self.free.pop(0) if len(self.free) > 1 else self.free[0]
+        # A scripted constrained output is a whole call; the service asks for it in two
+        # stages: the head (name regex), then the arguments (whose prompt ends with the head).
+        regex = body["structured_outputs"]["regex"]
+        if self._pending is not None and not regex.startswith(NAME_STAGE):
+            rest, self._pending = self._pending, None
+            return rest
+        script = self.constrained
+        assert script, f"no scripted output for {regex}"
+        text = script.pop(0) if len(script) > 1 else script[0]
+        cut = text.find(ARGS_KEY)
+        if cut < 0:
+            return text
+        head, rest = text[: cut + len(ARGS_KEY)], text[cut + len(ARGS_KEY) :]
+        if regex.startswith(NAME_STAGE):
+            self._pending = rest
+            return head
+        return rest
 
     def _pieces(self, text: str) -> list[str]:
         return [text[i : i + self.chunk] for i in range(0, len(text), self.chunk)] or [""]

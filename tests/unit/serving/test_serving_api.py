@@ -298,12 +298,19 @@ async def test_required_mode_sends_the_regex_and_returns_tool_calls(harness: Har
     assert first["prompt"].endswith("<|im_start|>assistant\n" + TOOL_CALL_OPEN)
     assert '"name": "get_weather"' in first["prompt"]  # the template rendered the tools
     assert first["temperature"] == 0.2
-    regex = first["structured_outputs"]["regex"]
-    assert re.fullmatch(regex, call("get_weather", {"city": "Oslo"}))
-    assert re.fullmatch(regex, call("add", {"a": 1, "b": 2}))
-    assert not re.fullmatch(regex, call("get_weather", {"city": "Oslo", "days": 8}))
-    assert not re.fullmatch(regex, call("get_weather", {"town": "Oslo"}))
-    assert not re.fullmatch(regex, "I think the weather is nice.")
+    # Stage 1 constrains the head to an offered tool's name ...
+    head = first["structured_outputs"]["regex"]
+    assert re.fullmatch(head, '{"name": "get_weather", "arguments": ')
+    assert re.fullmatch(head, '{"name": "add", "arguments": ')
+    assert not re.fullmatch(head, '{"name": "other", "arguments": ')
+    assert not re.fullmatch(head, "I think the weather is nice.")
+    # ... stage 2 continues after the head with that tool's arguments.
+    second = sent[1]
+    assert second["prompt"] == first["prompt"] + '{"name": "get_weather", "arguments": '
+    args = second["structured_outputs"]["regex"]
+    assert re.fullmatch(args, '{"city":"Oslo"}}')
+    assert not re.fullmatch(args, '{"city":"Oslo","days":8}}')
+    assert not re.fullmatch(args, '{"town":"Oslo"}}')
     assert h.metric("loopstack_tool_calls_total", mode="required", valid="true") == 1
 
 
@@ -315,9 +322,11 @@ async def test_named_tool_choice_constrains_to_that_tool(harness: Harness) -> No
     assert resp.status_code == 200, resp.text
     [tc] = resp.json()["choices"][0]["message"]["tool_calls"]
     assert tc["function"]["name"] == "add"
-    regex = h.engine.completions(constrained=True)[0]["structured_outputs"]["regex"]
-    assert re.fullmatch(regex, call("add", {"a": 1, "b": 2}))
-    assert not re.fullmatch(regex, call("get_weather", {"city": "Oslo"}))
+    [only] = h.engine.completions(constrained=True)  # the head is ours: one stage
+    assert only["prompt"].endswith(TOOL_CALL_OPEN + '{"name": "add", "arguments": ')
+    regex = only["structured_outputs"]["regex"]
+    assert re.fullmatch(regex, '{"a":1,"b":2}}')
+    assert not re.fullmatch(regex, '{"city":"Oslo"}}')
 
 
 async def test_parallel_calls_are_all_returned(harness: Harness) -> None:
@@ -531,8 +540,9 @@ async def test_auto_mode_parallel_calls(harness: Harness) -> None:
         {"a": 1, "b": 1},
         {"city": "Oslo"},
     ]
-    rounds = h.engine.completions(constrained=True)
-    assert rounds[1]["prompt"] == rounds[0]["prompt"] + first
+    rounds = h.engine.completions(constrained=True)  # head, arguments, head, arguments
+    assert len(rounds) == 4
+    assert rounds[2]["prompt"] == rounds[0]["prompt"] + first
 
 
 async def test_unconstrained_baseline_sends_no_grammar(harness: Harness) -> None:
