@@ -1,6 +1,6 @@
-"""Child process for test_crash.py: writes batches forever, printing each committed batch.
+"""Child process for test_memory_crash.py: writes batches forever, printing each committed batch.
 
-Not a test module (no ``test_`` prefix). Usage: ``python crash_writer.py DB SEED``.
+Not a test module (no ``test_`` prefix). Usage: ``python memory_crash_writer.py DB SEED``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from memory import AsyncMemoryStore, HashingEmbedder
 from memory.index import shard_name
 
-WRITER = Path(__file__).with_name("crash_writer.py")
+WRITER = Path(__file__).with_name("memory_crash_writer.py")
 
 
 def _run_and_kill(db: Path, seed: int, wait_s: float) -> list[dict[str, object]]:
