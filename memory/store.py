@@ -350,7 +350,9 @@ class AsyncMemoryStore:
             text, user_id=user_id, budget_tokens=10**9, threshold=-math.inf, max_items=10**6
         )
         doomed = [
-            c.id for c in rec.candidates if c.similarity >= min_similarity or c.keyword >= 0.99
+            c.id
+            for c in rec.candidates
+            if c.similarity >= min_similarity or (c.keyword >= 0.99 and c.similarity >= 0.4)
         ]
         out: list[str] = []
         for rid in doomed:

@@ -83,3 +83,20 @@ def test_default_store_with_just_a_path(tmp_path: Path) -> None:
         rec = st.recall("which programming language does the user like best?", user_id="u1")
         assert [c.id for c in rec.items] == [rid]
         assert st.stats()["embedder"] == "all-MiniLM-L6-v2:384"
+
+
+async def test_forget_request_with_real_embeddings(tmp_path: Path, minilm: MiniLMEmbedder) -> None:
+    from memory import Turn
+
+    st = AsyncMemoryStore(tmp_path / "m.db", embedder=minilm)
+    card = await st.add("My card number ends with 4242", user_id="u1")
+    keep = [
+        await st.add("I live in Berlin", user_id="u1"),
+        await st.add("My favourite number is 7", user_id="u1"),
+        await st.add("User prefers dark mode", user_id="u1"),
+    ]
+    res = await st.write_back(Turn(user_message="Don't remember my card number"), user_id="u1")
+    assert res[0].action == "forgotten"
+    left = {r.id for r in await st.list(user_id="u1")}
+    assert card not in left and left == set(keep)
+    await st.close()
