@@ -55,6 +55,9 @@ class MemorySettings(BaseSettings):
         description="Model name for the endpoint embedder (or a sentence-transformers path)",
     )
     embedding_batch: int = 64
+    embedding_threads: int = Field(
+        default=1, description="torch intra-op threads for MiniLM (0 = torch's default)"
+    )
 
     # --- gate 1: query -------------------------------------------------------------------
     llm_base_url: str | None = Field(
