@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.constraint import CompiledSchema, arguments_regex, call_head, name_regex
-from serving.engine import Engine, sse_json
+from serving.engine import Engine, UpstreamError, sse_json
 from serving.exceptions import InvalidRequest, ToolCallValidationError
 from serving.metrics import Metrics
 from serving.prompt import TOOL_CALL_OPEN, PromptBuilder
@@ -318,8 +318,18 @@ class ChatService:
         if body["max_tokens"] <= 0:
             tally.finish = "length"
             return
-        async for delta in self._stream_text({**body, **(override or {})}, tally):
-            yield delta
+        try:
+            async for delta in self._stream_text({**body, **(override or {})}, tally):
+                yield delta
+        except UpstreamError as exc:
+            if exc.status_code < 500:
+                raise
+            raise ToolCallValidationError(
+                "the engine failed while generating under the tool schema's constraint - most "
+                "often because compiling the schema's automaton took longer than "
+                "LOOPSTACK_REGEX_COMPILE_TIMEOUT_S; a simpler schema (fewer optional nested "
+                f"fields) avoids it. Engine said: {exc.message}"
+            ) from exc
 
     async def _validated_calls(
         self, plan: ToolPlan, prompt: str, tally: _Tally

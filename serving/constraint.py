@@ -179,7 +179,9 @@ def json_safe_pattern(pattern: str) -> str:
     ``\\`` and control characters: output that is not JSON, and an automaton that explodes
     (``arn:.*:.*:.+`` took 13 s to compile, 1.3 s once made JSON-safe). Outside character
     classes ``.`` and ``\\S``/``\\W``/``\\D`` become JSON-safe classes; negated classes exclude
-    the unsafe characters too.
+    the unsafe characters too. Anchors go: between the quotes the pattern must match the
+    whole string anyway (a subset of JSON Schema's search semantics), and a ``^`` Outlines
+    leaves in place makes the regex unsatisfiable.
     """
     out: list[str] = []
     i, n, in_class = 0, len(pattern), False
@@ -209,6 +211,8 @@ def json_safe_pattern(pattern: str) -> str:
             out.append(c)
         elif c == ".":
             out.append(_STRING_CHAR)
+        elif c in "^$":
+            pass  # anchors: the pattern already spans the whole string between the quotes
         else:
             out.append(c)
         i += 1

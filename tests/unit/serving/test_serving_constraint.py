@@ -486,3 +486,28 @@ def test_tool_names_are_regex_escaped() -> None:
     assert not rx.fullmatch(_call("aXb-c", {}))
     for text in ["a.b", "x|y", "(a)", "[x]", "{1}", "a*b+c?", "^$", "\\", "/"]:
         assert re.fullmatch(regex_literal(text), text)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "good", "bad"),
+    [
+        ("^arn:aws:x:.+", "arn:aws:x:abc", 'arn:aws:x:a"b'),
+        ("^[a-z]+$", "abc", "ab1"),
+        (".*\\S.*", "a b", "   "),
+        ("[^x]+", "abc", 'a"c'),
+    ],
+)
+def test_patterns_are_json_safe_and_unanchored(pattern: str, good: str, bad: str) -> None:
+    c = compile_schema(
+        {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}
+    )
+    assert re.fullmatch(c.regex, json.dumps({"s": good}, separators=(",", ":")))
+    assert not re.fullmatch(c.regex, '{"s":"' + bad + '"}')
+
+
+def test_large_counted_bounds_are_left_to_validation() -> None:
+    c = compile_schema(
+        {"type": "object", "properties": {"s": {"type": "string", "maxLength": 1024}}}
+    )
+    assert not c.exact and "1024" not in c.regex
+    assert c.errors({"s": "x" * 1025}) and not c.errors({"s": "x" * 10})
