@@ -30,6 +30,9 @@ from serving.exceptions import InvalidRequest
 
 WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)
 MAX_COUNTED = 16  # largest {m,n} / maxLength / maxItems compiled into a regex
+# Past this a schema's automaton took 20-60 s and GiBs to compile on 2 cores (see
+# bench.constraint_compile); one made vLLM run out of memory. Refused with a 400 instead.
+MAX_REGEX_CHARS = 20_000
 _PLACEHOLDER = "LSNUMRANGE{}X"
 # Keywords whose meaning no regex built here enforces: output must be re-validated.
 _INEXACT_KEYWORDS = frozenset(
@@ -93,6 +96,14 @@ def compile_schema(schema: Any, *, what: str = "schema") -> CompiledSchema:
         ) from exc
     for i, rng in enumerate(ranges):
         regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({rng})")
+    if len(regex) > MAX_REGEX_CHARS:
+        raise InvalidRequest(
+            f"{what} is too complex to enforce: its constraint is {len(regex):,} characters "
+            f"of regex (limit {MAX_REGEX_CHARS:,}); vLLM would spend minutes and many GiB "
+            "compiling it. Flatten nested optional objects or split the tool.",
+            param=what,
+            code="schema_too_complex",
+        )
     return CompiledSchema(schema, regex, exact, Draft202012Validator(schema))
 
 
