@@ -43,12 +43,18 @@ from memory import AsyncMemoryStore, MemorySettings
 from memory.embedding import MiniLMEmbedder
 from memory.store import RecallMode
 
+# Not committed (CC BY-NC 4.0): see bench/data/memory/README.md for how to obtain it.
 DATA = Path(__file__).resolve().parent / "data" / "memory" / "locomo10.zip"
 MODES: tuple[RecallMode, ...] = ("hybrid", "vector", "keyword")
 KS = (1, 3, 5, 10)
 
 
 def load_conversations(path: Path = DATA) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise SystemExit(
+            f"LoCoMo data not found at {path}: download locomo10.zip (or the json) from the "
+            "authors' repository snap-research/locomo (data/), see bench/data/memory/README.md"
+        )
     with zipfile.ZipFile(path) as zf:
         names = sorted(n for n in zf.namelist() if n.endswith(".json"))
         return [json.loads(zf.read(n)) | {"_name": Path(n).stem} for n in names]
@@ -85,7 +91,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     workdir = Path(tempfile.mkdtemp(prefix="locomo-"))
     st = AsyncMemoryStore(workdir / "locomo.db", embedder=emb, settings=settings)
-    convs = load_conversations()[: args.limit]
+    convs = load_conversations(args.data)[: args.limit]
     sums = {m: {f"recall@{k}": 0.0 for k in KS} | {f"hit@{k}": 0.0 for k in KS} for m in MODES}
     per_cat: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
     n_q = n_turns = 0
@@ -149,6 +155,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DATA, help="path to locomo10.zip")
     ap.add_argument("--limit", type=int, default=10, help="conversations to use (max 10)")
     ap.add_argument("--depth", type=int, default=24, help="vector_k and keyword_k")
     ap.add_argument(
