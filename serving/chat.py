@@ -344,6 +344,8 @@ class ChatService:
             spent += tally.tokens - budget_start
             calls = [c for c in parser.calls if c.complete]
             problems = [p for c in calls for p in self._problems(plan, c)]
+            if not calls and tally.finish == "stop":
+                problems.append(f"no complete call in {parser.text!r:.200}")
             if not problems:
                 tally.tokens = budget_start + spent  # usage reports every attempt
                 return calls

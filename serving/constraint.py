@@ -227,7 +227,7 @@ def json_safe_pattern(pattern: str) -> str:
         else:
             out.append(c)
         i += 1
-    return "".join(out)
+    return "(" + "".join(out) + ")"  # Outlines adds the quotes around it: keep `a|b` inside
 
 
 def _is_scalar(schema: dict[str, Any]) -> bool:

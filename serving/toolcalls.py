@@ -59,6 +59,10 @@ class CallStreamParser:
     _in_string: bool = False
     _escape: bool = False
 
+    @property
+    def text(self) -> str:
+        return self._buf
+
     def feed(self, text: str) -> list[CallEvent]:
         self._buf += text
         events: list[CallEvent] = []

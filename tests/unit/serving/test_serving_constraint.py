@@ -495,6 +495,7 @@ def test_tool_names_are_regex_escaped() -> None:
         ("^[a-z]+$", "abc", "ab1"),
         (".*\\S.*", "a b", "   "),
         ("[^x]+", "abc", 'a"c'),
+        ("[a-z]+|^\\$next", "$next", 'abc,"x'),
     ],
 )
 def test_patterns_are_json_safe_and_unanchored(pattern: str, good: str, bad: str) -> None:
