@@ -171,6 +171,12 @@ def _relax_sizes(node: dict[str, Any]) -> bool:
             del node[key]
             exact = False
     pattern = node.get("pattern")
+    if isinstance(pattern, str) and {"minLength", "maxLength"} & node.keys():
+        # Outlines builds a length-only regex when lengths are present and drops the
+        # pattern: keep the (more specific) pattern, check the lengths afterwards.
+        node.pop("minLength", None)
+        node.pop("maxLength", None)
+        exact = False
     if isinstance(pattern, str):
         relaxed = _COUNTED.sub(_uncount, pattern)
         if relaxed != pattern:

@@ -512,3 +512,23 @@ def test_large_counted_bounds_are_left_to_validation() -> None:
     )
     assert not c.exact and "1024" not in c.regex
     assert c.errors({"s": "x" * 1025}) and not c.errors({"s": "x" * 10})
+
+
+def test_pattern_wins_over_lengths() -> None:
+    """Outlines drops `pattern` when min/maxLength are present; we keep the pattern."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 50,
+                "pattern": "^hrc-[a-z0-9]{12}$",
+            }
+        },
+        "required": ["id"],
+    }
+    c = compile_schema(schema)
+    assert re.fullmatch(c.regex, '{"id":"hrc-abcdef123456"}')
+    assert not re.fullmatch(c.regex, '{"id":"arc-511eadd7"}')
+    assert not c.exact  # the lengths are checked after generation
