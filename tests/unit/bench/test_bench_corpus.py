@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from bench import corpus_text as ct
 from bench import tool_corpus as tc
 from bench._client import CORPUS_PATH, load_corpus
 
@@ -34,7 +35,7 @@ def test_every_entry_is_well_formed(corpus: list[dict]) -> None:
         fn = e["tool"]["function"]
         assert e["tool"]["type"] == "function"
         assert tc.NAME_RE.match(fn["name"]), fn["name"]
-        assert 0 < len(fn["description"]) <= tc.MAX_DESCRIPTION
+        assert 0 < len(fn["description"]) <= ct.MAX_DESCRIPTION
         params = fn["parameters"]
         Draft202012Validator.check_schema(params)
         assert params["type"] == "object"
@@ -107,7 +108,7 @@ def test_shape_conversion() -> None:
     assert props["Body"] == {"type": "string"}
     # depth cap: In(0) -> L1(1) -> L2(2) -> L3 would be depth 3: becomes a bare object
     assert props["Deep"]["properties"]["Next"]["properties"]["Next"] == {"type": "object"}
-    feats = tc.schema_features(schema)
+    feats = ct.schema_features(schema)
     for key in ("enum", "numeric_bounds", "array_of_objects", "map", "optional", "format"):
         assert feats[key], key
 
@@ -118,18 +119,18 @@ def test_recursive_shape_rejected() -> None:
 
 
 def test_text_helpers() -> None:
-    assert tc.first_sentence("<p>Creates a bucket. Then more.</p>") == "Creates a bucket."
-    assert tc.first_sentence("Use e.g. this") == "Use e.g. this"
-    long = tc.first_sentence("word " * 200, cap=50)
+    assert ct.first_sentence("<p>Creates a bucket. Then more.</p>") == "Creates a bucket."
+    assert ct.first_sentence("Use e.g. this") == "Use e.g. this"
+    long = ct.first_sentence("word " * 200, cap=50)
     assert len(long) <= 50 and long.endswith("…")
-    assert tc.tool_name("bedrock-agent", "ListObjectsV2") == "bedrock_agent_list_objects_v2"
-    assert tc.tool_name("s3", "GetBucketACL") == "s3_get_bucket_acl"
-    assert len(tc.tool_name("x" * 40, "Y" * 40)) <= 64
-    assert tc.imperative("Creates a new bucket.") == "create a new bucket"
-    assert tc.imperative("Lists the tags.") == "list the tags"
-    assert tc.imperative("Retries the job.") == "retry the job"
-    assert tc.imperative("Describes addresses.") == "describe addresses"
-    assert tc.imperative("Pushes the image.") == "push the image"
+    assert ct.tool_name("bedrock-agent", "ListObjectsV2") == "bedrock_agent_list_objects_v2"
+    assert ct.tool_name("s3", "GetBucketACL") == "s3_get_bucket_acl"
+    assert len(ct.tool_name("x" * 40, "Y" * 40)) <= 64
+    assert ct.imperative("Creates a new bucket.") == "create a new bucket"
+    assert ct.imperative("Lists the tags.") == "list the tags"
+    assert ct.imperative("Retries the job.") == "retry the job"
+    assert ct.imperative("Describes addresses.") == "describe addresses"
+    assert ct.imperative("Pushes the image.") == "push the image"
 
 
 def test_prompt_has_required_values() -> None:
@@ -141,10 +142,10 @@ def test_prompt_has_required_values() -> None:
         },
         "required": ["timezone"],
     }
-    prompt = tc.make_prompt("get the time", params, random.Random(0))
+    prompt = ct.make_prompt("get the time", params, random.Random(0))
     assert "timezone" in prompt
     assert any(tz in prompt for tz in ("Europe/Berlin", "Asia/Tokyo", "America/Chicago"))
-    value = tc.example_value("limit", params["properties"]["limit"], random.Random(0))
+    value = ct.example_value("limit", params["properties"]["limit"], random.Random(0))
     assert 5 <= value <= 9
 
 
