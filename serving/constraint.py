@@ -181,7 +181,8 @@ def _relax_sizes(node: dict[str, Any]) -> bool:
         relaxed = _COUNTED.sub(_uncount, pattern)
         if relaxed != pattern:
             exact = False
-        node["pattern"] = json_safe_pattern(relaxed)
+        node["pattern"], safe_exact = json_safe_pattern(relaxed)
+        exact &= safe_exact
     return exact
 
 
@@ -189,51 +190,64 @@ _STRING_CHAR = r'[^"\\\x00-\x1F\x7F-\x9F]'
 _NEGATED_SHORTHAND = {"S": r"\s", "W": r"\w", "D": r"\d"}
 
 
-def json_safe_pattern(pattern: str) -> str:
+def json_safe_pattern(pattern: str) -> tuple[str, bool]:
     """Make a `pattern` match only characters a JSON string can hold unescaped.
 
     Outlines puts the pattern between quotes as is, so ``.`` or ``[^a]`` would admit ``"``,
     ``\\`` and control characters: output that is not JSON, and an automaton that explodes
-    (``arn:.*:.*:.+`` took 13 s to compile, 1.3 s once made JSON-safe). Outside character
-    classes ``.`` and ``\\S``/``\\W``/``\\D`` become JSON-safe classes; negated classes exclude
-    the unsafe characters too. Anchors go: between the quotes the pattern must match the
-    whole string anyway (a subset of JSON Schema's search semantics), and a ``^`` Outlines
-    leaves in place makes the regex unsatisfiable.
+    (``arn:.*:.*:.+`` took 13 s to compile, 1.3 s once made JSON-safe; ``[\\S\\s]+`` made
+    vLLM run out of memory). ``.``, ``\\S``/``\\W``/``\\D`` and negated classes exclude the
+    unsafe characters; ``\\s`` becomes a plain space. A positive class holding ``\\S``/``\\W``/
+    ``\\D`` becomes "any safe character", a superset: the result is then marked inexact
+    (second value False) so the output is validated. Anchors go: between the quotes the
+    pattern must match the whole string anyway, and a ``^`` Outlines keeps is unsatisfiable.
     """
+    unsafe = '"\\\\\\x00-\\x1F\\x7F-\\x9F'
     out: list[str] = []
-    i, n, in_class = 0, len(pattern), False
+    exact = True
+    i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
         if c == "\\" and i + 1 < n:
             nxt = pattern[i + 1]
-            if not in_class and nxt in _NEGATED_SHORTHAND:
-                out.append(f'[^{_NEGATED_SHORTHAND[nxt]}"\\\\\\x00-\\x1F\\x7F-\\x9F]')
+            if nxt in _NEGATED_SHORTHAND:
+                out.append(f"[^{_NEGATED_SHORTHAND[nxt]}{unsafe}]")
+            elif nxt == "s":
+                out.append(" ")
             else:
                 out.append(c + nxt)
             i += 2
-            continue
-        if in_class:
-            if c == "]":
-                in_class = False
-            out.append(c)
         elif c == "[":
-            in_class = True
-            if pattern.startswith("[^", i):
-                out.append('[^"\\\\\\x00-\\x1F\\x7F-\\x9F')
-                i += 2
-                if i < n and pattern[i] == "]":  # "[^]...]": a literal ] first
-                    out.append("\\]")
-                    i += 1
-                continue
-            out.append(c)
+            j = i + 1
+            negated = pattern.startswith("^", j)
+            j += negated
+            body_start = j
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            body = pattern[body_start:j]
+            if negated:
+                out.append(f"[^{unsafe}{_escape_leading_bracket(body)}]")
+            elif any(f"\\{k}" in body for k in _NEGATED_SHORTHAND):
+                out.append(_STRING_CHAR)
+                exact = False
+            else:
+                out.append("[" + body.replace("\\s", " ") + "]")
+            i = j + 1
         elif c == ".":
             out.append(_STRING_CHAR)
+            i += 1
         elif c in "^$":
-            pass  # anchors: the pattern already spans the whole string between the quotes
+            i += 1  # anchors: the pattern already spans the whole string between the quotes
         else:
             out.append(c)
-        i += 1
-    return "(" + "".join(out) + ")"  # Outlines adds the quotes around it: keep `a|b` inside
+            i += 1
+    return "(" + "".join(out) + ")", exact  # Outlines adds the quotes: keep `a|b` inside
+
+
+def _escape_leading_bracket(body: str) -> str:
+    return "\\]" + body[1:] if body.startswith("]") else body
 
 
 def _is_scalar(schema: dict[str, Any]) -> bool:

@@ -496,6 +496,8 @@ def test_tool_names_are_regex_escaped() -> None:
         (".*\\S.*", "a b", "   "),
         ("[^x]+", "abc", 'a"c'),
         ("[a-z]+|^\\$next", "$next", 'abc,"x'),
+        ("[\\S\\s]+", "any text", 'a"b'),
+        ("[a-z\\s]+", "a b", "a\\tb"),
     ],
 )
 def test_patterns_are_json_safe_and_unanchored(pattern: str, good: str, bad: str) -> None:
