@@ -9,6 +9,7 @@ import math
 import random
 import re
 import statistics
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -201,6 +202,21 @@ def write_json(path: str | Path, obj: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_nan_to_none(obj), indent=1, default=str))
+
+
+def finish(
+    args: Any, bench: str, extra_config: JSON, results: JSON, transport_failures: int
+) -> int:
+    """Write ``--out`` (config without API keys, then `results`) and pick the exit code:
+    2 when any request failed at the transport level, else 0."""
+    if args.out:
+        cfg = {k: v for k, v in vars(args).items() if "api_key" not in k}
+        write_json(args.out, {"bench": bench, "config": cfg | extra_config, **results})
+        print(f"wrote {args.out}")
+    if transport_failures:
+        print(f"{transport_failures} transport failures", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _nan_to_none(obj: Any) -> Any:

@@ -31,6 +31,7 @@ from bench._client import (
     StreamResult,
     bootstrap_ratio,
     error_text,
+    finish,
     load_corpus,
     make_client,
     percentile,
@@ -40,7 +41,6 @@ from bench._client import (
     stream_chat,
     tool_index,
     tools_for,
-    write_json,
 )
 
 
@@ -214,22 +214,8 @@ async def run(args: argparse.Namespace) -> int:
     ]
     if errors:
         print(f"{len(errors)} failed requests, e.g. {errors[0]}")
-    if args.out:
-        cfg = {k: v for k, v in vars(args).items() if k != "api_key"}
-        write_json(
-            args.out,
-            {
-                "bench": "constraint_cost",
-                "config": cfg | {"model": model, "elapsed_s": round(elapsed, 1)},
-                "summary": summary,
-                "pairs": pairs,
-            },
-        )
-        print(f"wrote {args.out}")
-    if transport:
-        print(f"{transport} transport failures", file=sys.stderr)
-        return 2
-    return 0
+    extra = {"model": model, "elapsed_s": round(elapsed, 1)}
+    return finish(args, "constraint_cost", extra, {"summary": summary, "pairs": pairs}, transport)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -23,13 +23,13 @@ from bench._client import (
     JSON,
     StreamResult,
     error_text,
+    finish,
     make_client,
     percentile,
     print_table,
     resolve_model,
     safe_div,
     stream_chat,
-    write_json,
 )
 
 PROMPTS = [
@@ -198,22 +198,9 @@ async def run(args: argparse.Namespace) -> int:
         if level["ours"]["tokens_per_request"] != level["raw"]["tokens_per_request"]:
             print("warning: completion lengths differ between targets (ignore_eos not honoured?)")
             break
-    if args.out:
-        cfg = {k: v for k, v in vars(args).items() if "api_key" not in k}
-        write_json(
-            args.out,
-            {
-                "bench": "proxy_overhead",
-                "config": cfg | {"models": models, "elapsed_s": round(elapsed, 1)},
-                "summary": summary,
-                "rounds": rounds,
-            },
-        )
-        print(f"wrote {args.out}")
-    if transport:
-        print(f"{transport} transport failures", file=sys.stderr)
-        return 2
-    return 0
+    extra = {"models": models, "elapsed_s": round(elapsed, 1)}
+    payload = {"summary": summary, "rounds": rounds}
+    return finish(args, "proxy_overhead", extra, payload, transport)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

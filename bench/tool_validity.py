@@ -30,6 +30,7 @@ from bench._client import (
     calls_from_text,
     check_call,
     error_text,
+    finish,
     fmt_pct,
     is_transport_error,
     load_corpus,
@@ -40,7 +41,6 @@ from bench._client import (
     tool_choice_for,
     tool_index,
     tools_for,
-    write_json,
 )
 
 MODES = ("required", "named", "auto")
@@ -248,27 +248,10 @@ async def run(args: argparse.Namespace) -> int:
     summary = summarize(list(records))
     print(f"model={model} base_url={args.base_url} prompts={len(entries)} in {elapsed:.0f}s")
     print_summary(summary)
-    if args.out:
-        out = {
-            "bench": "tool_validity",
-            "config": {
-                k: v for k, v in vars(args).items() if k not in ("api_key",) and _jsonable(v)
-            }
-            | {"model": model, "elapsed_s": round(elapsed, 1)},
-            "summary": summary,
-            "records": records,
-        }
-        write_json(args.out, out)
-        print(f"wrote {args.out}")
     transport = sum(r["status"] == "transport_error" for r in records)
-    if transport:
-        print(f"{transport} transport failures", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _jsonable(v: Any) -> bool:
-    return isinstance(v, (str, int, float, bool, type(None)))
+    extra = {"model": model, "elapsed_s": round(elapsed, 1)}
+    results = {"summary": summary, "records": records}
+    return finish(args, "tool_validity", extra, results, transport)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
