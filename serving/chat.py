@@ -265,11 +265,13 @@ class ChatService:
                 for ev in parser.feed(delta):
                     yield ev
             calls = [c for c in parser.calls if c.complete]
+            invalid = self._check_sent(plan, calls)
         else:
-            calls = await self._validated_calls(plan, prompt, tally)
+            calls = await self._validated_calls(plan, prompt, tally)  # validated there
+            invalid = 0
             for c in calls:
                 yield CallEvent(c.index, c.id, name=c.name, arguments_delta=c.arguments)
-        self._count_calls(plan, calls)
+        self.metrics.tool_calls.labels(mode=plan.mode, valid="true").inc(len(calls) - invalid)
         yield Done(
             "tool_calls" if calls and tally.finish != "length" else tally.finish, tally.tokens
         )
@@ -367,12 +369,16 @@ class ChatService:
             return [f"arguments are not JSON: {exc}"]
         return schema.errors(args)
 
-    def _count_calls(self, plan: ToolPlan, calls: list[ParsedCall]) -> None:
+    def _check_sent(self, plan: ToolPlan, calls: list[ParsedCall]) -> int:
+        """Streamed calls were sent as generated (the regex enforces their schema exactly);
+        check them anyway, so a gap in that guarantee shows in logs and metrics."""
+        invalid = 0
         for c in calls:
-            ok = not self._problems(plan, c)
-            if not ok:
+            if self._problems(plan, c):
+                invalid += 1
                 logger.error("invalid tool call left the server: %s %s", c.name, c.arguments)
-            self.metrics.tool_calls.labels(mode=plan.mode, valid=str(ok).lower()).inc()
+        self.metrics.tool_calls.labels(mode=plan.mode, valid="false").inc(invalid)
+        return invalid
 
     def _body(self, plan: ToolPlan, prompt: str, *, regex: str | None, tally: _Tally) -> dict:
         body: dict[str, Any] = {
