@@ -45,6 +45,11 @@ EMAIL = {
 }
 TOOLS = [WEATHER, EMAIL]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+CALLING_MODES = pytest.mark.parametrize(
+    "choice",
+    ["required", "auto", {"type": "function", "function": {"name": "get_weather"}}],
+    ids=["required", "auto", "named"],
+)
 ASK = [{"role": "user", "content": "What's the weather in Paris for the next 3 days, in celsius?"}]
 
 
@@ -72,11 +77,7 @@ def collect_stream(stream: Any) -> tuple[dict[int, dict[str, str]], str | None, 
     return calls, finish, content
 
 
-@pytest.mark.parametrize(
-    "choice",
-    ["required", "auto", {"type": "function", "function": {"name": "get_weather"}}],
-    ids=["required", "auto", "named"],
-)
+@CALLING_MODES
 def test_tool_choice_modes(client: OpenAI, server: Server, choice: Any) -> None:
     r = client.chat.completions.create(
         model=server.model, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=96,
@@ -121,11 +122,7 @@ def test_auto_answers_in_text_when_no_tool_fits(client: OpenAI, server: Server) 
     assert not msg.tool_calls and msg.content
 
 
-@pytest.mark.parametrize(
-    "choice",
-    ["required", "auto", {"type": "function", "function": {"name": "get_weather"}}],
-    ids=["required", "auto", "named"],
-)
+@CALLING_MODES
 def test_streamed_tool_calls(client: OpenAI, server: Server, choice: Any) -> None:
     stream = client.chat.completions.create(
         model=server.model, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=96,
