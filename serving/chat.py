@@ -124,7 +124,7 @@ class ChatService:
     # -- entry point ----------------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> dict[str, Any] | AsyncIterator[bytes]:
         choice = req.effective_tool_choice()
-        compiled = self._compile_tools(req)
+        compiled = await self._compile_tools(req)
         if choice == "none":
             return await self._passthrough(req)
         if req.n != 1:
@@ -139,13 +139,13 @@ class ChatService:
             return self._stream_tools(req, plan)
         return await self._complete_tools(req, plan)
 
-    def _compile_tools(self, req: ChatCompletionRequest) -> dict[str, CompiledSchema]:
+    async def _compile_tools(self, req: ChatCompletionRequest) -> dict[str, CompiledSchema]:
         compiled: dict[str, CompiledSchema] = {}
         for i, tool in enumerate(req.tools or []):
             fn = tool.function
             if fn.name in compiled:
                 raise InvalidRequest(f"duplicate tool name {fn.name!r}", param=f"tools[{i}]")
-            compiled[fn.name] = self.schemas.get(
+            compiled[fn.name] = await self.schemas.get(
                 fn.parameters, what=f"tools[{i}].function.parameters"
             )
         return compiled
@@ -196,7 +196,9 @@ class ChatService:
         schema: CompiledSchema | None = None
         rf = req.response_format
         if rf is not None and rf.type == "json_schema" and rf.json_schema is not None:
-            schema = self.schemas.get(rf.json_schema.schema_, what="response_format.json_schema")
+            schema = await self.schemas.get(
+                rf.json_schema.schema_, what="response_format.json_schema"
+            )
             del body["response_format"]  # unconstrained (benchmark baseline): no grammar at all
             if req.loopstack.constrained:
                 body["structured_outputs"] = {"regex": schema.regex}

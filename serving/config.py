@@ -49,6 +49,12 @@ class ServerSettings(BaseSettings):
         default=60, description="vLLM's limit for compiling one constraint (Outlines index)."
     )
 
+    max_schema_states: int = Field(
+        default=12_000,
+        description="Largest constraint automaton accepted (states); larger schemas get 400 "
+        "schema_too_complex instead of minutes of vLLM compilation.",
+    )
+
     max_concurrency: int = Field(default=64, description="Requests generating at once.")
     max_queue: int = Field(default=256, description="Requests waiting; beyond it: 429.")
     retry_after_s: int = 2

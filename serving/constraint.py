@@ -27,12 +27,19 @@ from jsonschema import Draft202012Validator, SchemaError
 from outlines_core.json_schema import build_regex_from_schema
 
 from serving.exceptions import InvalidRequest
+from serving.patterns import (
+    int_range_regex,
+    json_safe_pattern,
+    json_value_regex,
+    number_range_regex,
+)
 
 WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)
 MAX_COUNTED = 16  # largest {m,n} / maxLength / maxItems compiled into a regex
-# Past this a schema's automaton took 20-60 s and GiBs to compile on 2 cores (see
-# bench.constraint_compile); one made vLLM run out of memory. Refused with a 400 instead.
-MAX_REGEX_CHARS = 20_000
+# A sanity bound on the regex text itself (vLLM parses it with Python's `re` first). What a
+# regex costs to compile is its automaton, measured by `serving.automaton.AutomatonProbe`.
+MAX_REGEX_CHARS = 200_000
+FREE_FORM_DEPTH = 2  # containers a free-form value may nest (Outlines allows about as many)
 _PLACEHOLDER = "LSNUMRANGE{}X"
 # Keywords whose meaning no regex built here enforces: output must be re-validated.
 _INEXACT_KEYWORDS = frozenset(
@@ -87,30 +94,77 @@ def compile_schema(schema: Any, *, what: str = "schema") -> CompiledSchema:
         ) from exc
     work = copy.deepcopy(schema)
     ranges: list[str] = []
-    exact = _rewrite_bounds(work, ranges, what)
-    try:
-        regex = build_regex_from_schema(json.dumps(work), whitespace_pattern=WHITESPACE)
-    except Exception as exc:  # outlines_core raises ValueError/TypeError for what it can't do
-        raise InvalidRequest(
-            f"{what} uses JSON Schema that cannot be enforced: {exc}", param=what
-        ) from exc
-    for i, rng in enumerate(ranges):
-        regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({rng})")
+    defs = {k: work[k] for k in ("$defs", "definitions") if isinstance(work.get(k), dict)}
+    exact = True
+    for key, table in defs.items():  # first, so that the objects built here see them rewritten
+        for name in _def_order(table, key):
+            exact &= _rewrite_bounds(table[name], ranges, what, defs)
+    exact &= _rewrite_bounds(work, ranges, what, defs, root=True)
+    regex = _outlines_regex(work, what)
+    # A placeholder's regex holds only placeholders made before it: substitute newest first.
+    for i in reversed(range(len(ranges))):
+        regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({ranges[i]})")
     if len(regex) > MAX_REGEX_CHARS:
         raise InvalidRequest(
             f"{what} is too complex to enforce: its constraint is {len(regex):,} characters "
-            f"of regex (limit {MAX_REGEX_CHARS:,}); vLLM would spend minutes and many GiB "
-            "compiling it. Flatten nested optional objects or split the tool.",
+            f"of regex (limit {MAX_REGEX_CHARS:,}). Flatten nested objects or split the tool.",
             param=what,
             code="schema_too_complex",
         )
     return CompiledSchema(schema, regex, exact, Draft202012Validator(schema))
 
 
-def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
-    """Replace bounded numeric nodes by placeholders, in place. Returns False if inexact."""
+def _outlines_regex(schema: dict[str, Any], what: str) -> str:
+    try:
+        return build_regex_from_schema(json.dumps(schema), whitespace_pattern=WHITESPACE)
+    except Exception as exc:  # outlines_core raises ValueError/TypeError for what it can't do
+        raise InvalidRequest(
+            f"{what} uses JSON Schema that cannot be enforced: {exc}", param=what
+        ) from exc
+
+
+def _placeholder(node: dict[str, Any], regex: str, ranges: list[str]) -> None:
+    """Turn `node` into a string placeholder that is later replaced by `regex`."""
+    placeholder = _PLACEHOLDER.format(len(ranges))
+    ranges.append(regex)
+    for key in list(node):
+        if key not in ("description", "title", "default", "examples"):
+            del node[key]
+    node.update({"type": "string", "pattern": placeholder})
+
+
+def _def_order(table: dict[str, Any], key: str) -> list[str]:
+    """Names in `table` ($defs or definitions), each after the definitions it refers to."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen or name not in table:
+            return
+        seen.add(name)
+        for ref in re.findall(rf'"\$ref": "#/{re.escape(key)}/([^"]+)"', json.dumps(table[name])):
+            visit(ref)
+        order.append(name)
+
+    for name in table:
+        visit(name)
+    return order
+
+
+def _rewrite_bounds(
+    node: Any,
+    ranges: list[str],
+    what: str,
+    defs: dict[str, Any] | None = None,
+    *,
+    root: bool = False,
+) -> bool:
+    """Rewrite, in place, the nodes whose Outlines regex is wrong or too large into
+    placeholders (bounded numbers, objects with only optional properties).
+    Returns False if the result is inexact."""
     if not isinstance(node, dict):
         return True
+    defs = defs or {}
     exact = not (_INEXACT_KEYWORDS & node.keys())
     # outlines_core reads oneOf as anyOf (a value fitting two branches gets through) and
     # concatenates the branches of allOf (the result is not even JSON).
@@ -122,13 +176,24 @@ def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
         )
     for key in _SUBSCHEMA_LISTS:
         for sub in node.get(key) or []:
-            exact &= _rewrite_bounds(sub, ranges, what)
+            exact &= _rewrite_bounds(sub, ranges, what, defs)
     for key in _SUBSCHEMA_MAPS:
+        if root and key in ("$defs", "definitions"):
+            continue  # done first, by compile_schema
         for sub in (node.get(key) or {}).values():
-            exact &= _rewrite_bounds(sub, ranges, what)
+            exact &= _rewrite_bounds(sub, ranges, what, defs)
     for key in _SUBSCHEMA_SINGLE:
-        exact &= _rewrite_bounds(node.get(key), ranges, what)
+        exact &= _rewrite_bounds(node.get(key), ranges, what, defs)
     exact &= _relax_sizes(node)
+    if _plain_object(node):
+        regex = _object_regex(node["properties"], node.get("required") or [], what, defs)
+        if regex is not None:
+            _placeholder(node, regex, ranges)
+            return exact
+    free = _free_form(node)
+    if free is not None:
+        _placeholder(node, free, ranges)
+        return exact
     kind = node.get("type")
     bounded = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & node.keys()
     if isinstance(kind, list) and bounded and {"integer", "number"} & set(kind):
@@ -142,13 +207,98 @@ def _rewrite_bounds(node: Any, ranges: list[str], what: str) -> bool:
                 )
             return False  # no integer inside, e.g. (0, 1): unbounded regex, validated output
         rng = int_range_regex(lo, hi) if is_int else number_range_regex(lo, hi)
-        placeholder = _PLACEHOLDER.format(len(ranges))
-        ranges.append(rng)
-        for key in list(node):
-            if key not in ("description", "title", "default", "examples"):
-                del node[key]
-        node.update({"type": "string", "pattern": placeholder})
+        _placeholder(node, rng, ranges)
     return exact
+
+
+# Keys beside `properties` that leave an object node to the regex built below.
+_PLAIN_OBJECT_KEYS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "$defs", "definitions", "$schema",
+     "$id", "description", "title", "default", "examples", "$comment", "deprecated",
+     "readOnly", "writeOnly"}
+)  # fmt: skip
+
+
+def _plain_object(node: dict[str, Any]) -> bool:
+    props = node.get("properties")
+    return (
+        isinstance(props, dict)
+        and 0 < len(props) <= 100  # one regex nesting level per property (Rust's limit: 250)
+        and isinstance(node.get("required", []), list)
+        and node.get("type", "object") == "object"
+        and node.keys() <= _PLAIN_OBJECT_KEYS
+    )
+
+
+_ANNOTATIONS = frozenset(
+    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
+     "writeOnly", "$schema", "$id"}
+)  # fmt: skip
+
+
+def _free_form(node: dict[str, Any]) -> str | None:
+    """The regex of a node that allows any object / array / value, else None."""
+    extra = node.keys() - _ANNOTATIONS
+    kind = node.get("type")
+    if kind == "object" and extra <= {"type", "additionalProperties"}:
+        if node.get("additionalProperties", True) is True:
+            return json_value_regex(FREE_FORM_DEPTH, "object")
+    if kind == "array" and extra == {"type"}:
+        return json_value_regex(FREE_FORM_DEPTH, "array")
+    if not extra:
+        return json_value_regex(FREE_FORM_DEPTH)
+    return None
+
+
+def _object_regex(
+    props: dict[str, Any], required: list[str], what: str, defs: dict[str, Any]
+) -> str | None:
+    r"""The regex of an object with these properties, or None to leave it to Outlines.
+
+    Built here rather than by Outlines for two reasons. Outlines writes an object whose
+    properties are all optional as one alternative per possible first property, each
+    repeating every property after it: quadratic, and multiplied at every level of nesting
+    (real-world schemas reached 100,000s of characters). Here, with P_k the k-th
+    ``"name":value`` and Q_k any non-empty ordered subset of P_k..P_n: ``Q_n = P_n``,
+    ``Q_k = (P_k,)?(Q_{k+1})|P_k``; the object is ``\{(Q_1)?\}``: the same language
+    (properties in schema order, none repeated), each P_k written twice. And Outlines
+    writes property names into the regex without JSON-escaping them (``say "hi"``).
+    With required properties the form is Outlines': ``(P,)?`` for optional properties
+    before the last required one, ``(,P)?`` after it. A required name that has no
+    ``properties`` entry is added, with any value.
+    """
+    props = {**props, **{n: True for n in required if isinstance(n, str) and n not in props}}
+    parts: dict[str, str] = {}
+    for name, sub in props.items():
+        if sub is False:
+            if name in required:
+                raise InvalidRequest(f"{what} requires property {name!r} but forbids it")
+            continue
+        if sub is True or sub == {}:
+            value = json_value_regex(FREE_FORM_DEPTH)
+        elif isinstance(sub, dict):
+            try:
+                value = _outlines_regex({**sub, **defs} if defs else sub, what)
+            except InvalidRequest:
+                return None  # e.g. a $ref into the enclosing schema: Outlines resolves it
+        else:
+            return None
+        key = regex_literal(json.dumps(name, ensure_ascii=False))
+        parts[name] = f"{key}:{value}"
+    if not parts:
+        return r"\{\}"
+    pieces = list(parts.values())
+    if not required:
+        q = pieces[-1]
+        for p in reversed(pieces[:-1]):
+            q = f"({p},)?({q})|{p}"  # one level of nesting per property
+        return rf"\{{({q})?\}}"
+    last = max(i for i, name in enumerate(parts) if name in required)
+    out = []
+    for i, (name, p) in enumerate(parts.items()):
+        p = f"{p}," if i < last else (f",{p}" if i > last else p)
+        out.append(p if name in required else f"({p})?")
+    return r"\{" + "".join(out) + r"\}"
 
 
 def _relax_sizes(node: dict[str, Any]) -> bool:
@@ -184,70 +334,6 @@ def _relax_sizes(node: dict[str, Any]) -> bool:
         node["pattern"], safe_exact = json_safe_pattern(relaxed)
         exact &= safe_exact
     return exact
-
-
-_STRING_CHAR = r'[^"\\\x00-\x1F\x7F-\x9F]'
-_NEGATED_SHORTHAND = {"S": r"\s", "W": r"\w", "D": r"\d"}
-
-
-def json_safe_pattern(pattern: str) -> tuple[str, bool]:
-    """Make a `pattern` match only characters a JSON string can hold unescaped.
-
-    Outlines puts the pattern between quotes as is, so ``.`` or ``[^a]`` would admit ``"``,
-    ``\\`` and control characters: output that is not JSON, and an automaton that explodes
-    (``arn:.*:.*:.+`` took 13 s to compile, 1.3 s once made JSON-safe; ``[\\S\\s]+`` made
-    vLLM run out of memory). ``.``, ``\\S``/``\\W``/``\\D`` and negated classes exclude the
-    unsafe characters; ``\\s`` becomes a plain space. A positive class holding ``\\S``/``\\W``/
-    ``\\D`` becomes "any safe character", a superset: the result is then marked inexact
-    (second value False) so the output is validated. Anchors go: between the quotes the
-    pattern must match the whole string anyway, and a ``^`` Outlines keeps is unsatisfiable.
-    """
-    unsafe = '"\\\\\\x00-\\x1F\\x7F-\\x9F'
-    out: list[str] = []
-    exact = True
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\" and i + 1 < n:
-            nxt = pattern[i + 1]
-            if nxt in _NEGATED_SHORTHAND:
-                out.append(f"[^{_NEGATED_SHORTHAND[nxt]}{unsafe}]")
-            elif nxt == "s":
-                out.append(" ")
-            else:
-                out.append(c + nxt)
-            i += 2
-        elif c == "[":
-            j = i + 1
-            negated = pattern.startswith("^", j)
-            j += negated
-            body_start = j
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            body = pattern[body_start:j]
-            if negated:
-                out.append(f"[^{unsafe}{_escape_leading_bracket(body)}]")
-            elif any(f"\\{k}" in body for k in _NEGATED_SHORTHAND):
-                out.append(_STRING_CHAR)
-                exact = False
-            else:
-                out.append("[" + body.replace("\\s", " ") + "]")
-            i = j + 1
-        elif c == ".":
-            out.append(_STRING_CHAR)
-            i += 1
-        elif c in "^$":
-            i += 1  # anchors: the pattern already spans the whole string between the quotes
-        else:
-            out.append(c)
-            i += 1
-    return "(" + "".join(out) + ")", exact  # Outlines adds the quotes: keep `a|b` inside
-
-
-def _escape_leading_bracket(body: str) -> str:
-    return "\\]" + body[1:] if body.startswith("]") else body
 
 
 def _is_scalar(schema: dict[str, Any]) -> bool:
@@ -303,83 +389,6 @@ def _real_range_empty(node: dict[str, Any]) -> bool:
     lo, lo_ex = max(lows)
     hi, hi_ex = min(highs, key=lambda t: (t[0], not t[1]))
     return lo > hi or (lo == hi and (lo_ex or hi_ex))
-
-
-# --------------------------------------------------------------------------- numeric ranges
-def int_range_regex(lo: int | None, hi: int | None) -> str:
-    """A regex matching exactly the JSON integers in [lo, hi] (None = unbounded)."""
-    parts: list[str] = []
-    if lo is None or lo < 0:  # negative values: -(|v|) with |v| in [max(1, -hi), -lo]
-        a = 1 if hi is None or hi >= 0 else -hi
-        b = None if lo is None else -lo
-        parts += ["-" + p for p in _nonneg_int_patterns(a, b)]
-    if hi is None or hi >= 0:
-        parts += _nonneg_int_patterns(max(lo or 0, 0), hi)
-    return "|".join(parts)
-
-
-def number_range_regex(lo: int | None, hi: int | None) -> str:
-    """JSON numbers in [lo, hi] for integral lo/hi: integer part in range, then a fraction."""
-    frac, zero_frac = r"(\.[0-9]+)?", r"(\.0+)?"
-    parts: list[str] = []
-    if lo is None or lo < 0:  # negative side: |v| in (max(0,-hi), -lo]  or  [-hi, -lo]
-        a = 0 if hi is None or hi >= 0 else -hi
-        if lo is None:
-            parts += ["-" + p + frac for p in _nonneg_int_patterns(a, None)]
-        else:
-            if a <= -lo - 1:
-                parts += ["-" + p + frac for p in _nonneg_int_patterns(a, -lo - 1)]
-            parts.append("-" + str(-lo) + zero_frac)
-    if hi is None or hi >= 0:
-        start = max(lo if lo is not None else 0, 0)
-        if hi is None:
-            parts += [p + frac for p in _nonneg_int_patterns(start, None)]
-        else:
-            if start <= hi - 1:
-                parts += [p + frac for p in _nonneg_int_patterns(start, hi - 1)]
-            parts.append(str(hi) + zero_frac)
-    return "|".join(f"({p})" for p in parts)
-
-
-def _nonneg_int_patterns(lo: int, hi: int | None) -> list[str]:
-    """Alternatives matching the integers in [lo, hi], lo >= 0, written without leading 0s."""
-    if hi is not None and lo > hi:
-        return []
-    out: list[str] = []
-    top = hi if hi is not None else 10 ** len(str(lo)) - 1
-    for digits in range(len(str(lo)), len(str(top)) + 1):
-        a = max(lo, 10 ** (digits - 1) if digits > 1 else 0)
-        b = min(top, 10**digits - 1)
-        if a <= b:
-            out += _same_length(str(a), str(b))
-    if hi is None:
-        out.append(f"[1-9][0-9]{{{len(str(lo))},}}")
-    return out
-
-
-def _same_length(a: str, b: str) -> list[str]:
-    """Patterns for the numbers a..b written with the same number of digits (a <= b)."""
-    if a == b:
-        return [a]
-    if len(a) == 1:
-        return [f"[{a}-{b}]"]
-    if a[0] == b[0]:
-        return [a[0] + p for p in _same_length(a[1:], b[1:])]
-    n = len(a) - 1
-    out: list[str] = []
-    first_lo, first_hi = a[0], b[0]
-    if a[1:] != "0" * n:
-        out += [a[0] + p for p in _same_length(a[1:], "9" * n)]
-        first_lo = chr(ord(a[0]) + 1)
-    tail_hi = b[1:] != "9" * n
-    if tail_hi:
-        first_hi = chr(ord(b[0]) - 1)
-    if first_lo <= first_hi:
-        head = first_lo if first_lo == first_hi else f"[{first_lo}-{first_hi}]"
-        out.append(head + f"[0-9]{{{n}}}")
-    if tail_hi:
-        out += [b[0] + p for p in _same_length("0" * n, b[1:])]
-    return out
 
 
 # --------------------------------------------------------------------------- tool envelope

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from serving.admission import Admission
 from serving.api import AppState, TraceIdFilter, build_app
+from serving.automaton import AutomatonProbe
 from serving.chat import ChatService
 from serving.config import ServerSettings
 from serving.embeddings import EmbeddingService
@@ -62,7 +63,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
         chat=ChatService(
             engine,
             prompts,
-            schemas=SchemaCache(metrics),
+            schemas=SchemaCache(
+                metrics, probe=AutomatonProbe(max_states=settings.max_schema_states)
+            ),
             metrics=metrics,
             max_tool_tokens=settings.max_tool_tokens,
         ),

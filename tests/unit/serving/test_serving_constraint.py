@@ -416,10 +416,6 @@ def test_invalid_schema_message_names_what() -> None:
         compile_schema({"type": 5}, what="tools[3].function.parameters")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="outlines_core writes property names with '\"' or '\\' into the regex unescaped",
-)
 @pytest.mark.parametrize("key", ['say "hi"', "back\\slash"])
 def test_property_names_that_need_json_escapes(key: str) -> None:
     c = compile_schema({"type": "object", "properties": {key: {"type": "integer"}}})

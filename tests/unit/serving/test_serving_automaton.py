@@ -1,0 +1,59 @@
+"""serving.automaton.AutomatonProbe (real child processes) and its use by SchemaCache."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving.automaton import AutomatonProbe, count_states
+from serving.constraint import compile_schema
+from serving.exceptions import InvalidRequest
+from serving.schema_cache import SchemaCache
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city"],
+}
+
+
+async def test_probe_counts_states_in_a_child_process() -> None:
+    regex = compile_schema(WEATHER).regex
+    assert await AutomatonProbe().check(regex) == count_states(regex) > 5
+
+
+async def test_probe_refuses_past_the_limit() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        await AutomatonProbe(max_states=5).check("[a-z]{10}", what="tools[1].function.parameters")
+    assert err.value.code == "schema_too_complex"
+    assert err.value.param == "tools[1].function.parameters"
+    assert "limit 5" in err.value.message
+
+
+async def test_probe_refuses_what_it_cannot_build() -> None:
+    with pytest.raises(InvalidRequest, match="could not be built"):
+        await AutomatonProbe().check("a\\000b")  # octal: vLLM's engine cannot build it either
+    with pytest.raises(InvalidRequest, match="could not be built"):
+        await AutomatonProbe(timeout_s=0.01).check("[a-z]+")
+
+
+class CountingProbe(AutomatonProbe):
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.calls = 0
+
+    async def check(self, regex: str, *, what: str = "schema") -> int:
+        self.calls += 1
+        return await super().check(regex, what=what)
+
+
+async def test_cache_probes_each_schema_once_and_remembers_refusals() -> None:
+    probe = CountingProbe(max_states=10)
+    cache = SchemaCache(probe=probe)
+    small = {"type": "boolean"}
+    assert (await cache.get(small)).regex == (await cache.get(small)).regex
+    for what in ("tools[0].function.parameters", "tools[2].function.parameters"):
+        with pytest.raises(InvalidRequest) as err:
+            await cache.get(WEATHER, what=what)
+        assert err.value.param == what and what in err.value.message
+        assert err.value.code == "schema_too_complex"
+    assert probe.calls == 2
