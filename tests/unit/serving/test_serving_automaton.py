@@ -21,6 +21,12 @@ async def test_probe_counts_states_in_a_child_process() -> None:
     assert await AutomatonProbe().check(regex) == count_states(regex) > 5
 
 
+async def test_probe_reads_unicode_whatever_the_locale(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LC_ALL", "C")
+    monkeypatch.setenv("PYTHONIOENCODING", "ascii")
+    assert await AutomatonProbe().check('"(städte|日本語)"') > 5
+
+
 async def test_probe_refuses_past_the_limit() -> None:
     with pytest.raises(InvalidRequest) as err:
         await AutomatonProbe(max_states=5).check("[a-z]{10}", what="tools[1].function.parameters")
