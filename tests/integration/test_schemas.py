@@ -7,7 +7,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from tests.integration.conftest import Server
 
@@ -124,6 +124,39 @@ ADVERSARIAL: dict[str, tuple[dict[str, Any], str]] = {
         },
         "Draw a point at 3,4 on the 5th of May 2026.",
     ),
+    # Real-world shapes (botocore) that used to be refused as too complex: optional objects
+    # nested in optional objects, maps of free-form objects, a class spanning '"' and '\'.
+    "optional_nested_and_free_form": (
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "throttle": {
+                    "type": "object",
+                    "properties": {
+                        "burstLimit": {"type": "integer", "minimum": 0, "maximum": 5000},
+                        "rateLimit": {"type": "number"},
+                        "window": {
+                            "type": "object",
+                            "properties": {
+                                "unit": {"type": "string", "enum": ["SECOND", "MINUTE"]},
+                                "length": {"type": "integer", "minimum": 1, "maximum": 60},
+                            },
+                        },
+                    },
+                },
+                "stages": {"type": "object", "additionalProperties": {"type": "object"}},
+                "origins": {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": "[\\u0009\\u0020-\\u00FF]+"},
+                },
+                "extra": {},
+            },
+            "required": ["name"],
+        },
+        "Create a usage plan named gold allowing bursts of 200 requests per second, for the "
+        "origin https://example.com.",
+    ),
 }
 
 
@@ -153,3 +186,25 @@ def test_response_format_json_schema(client: OpenAI, server: Server, name: str) 
     )
     assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].message.content or ""), schema)
+
+
+def test_a_pathological_automaton_is_refused_quickly(client: OpenAI, server: Server) -> None:
+    """(a|b)*a(a|b){15} is 34 characters of pattern and 2**16 automaton states: refused
+    with a 400 before vLLM starts minutes of compilation, and the server stays healthy."""
+    schema = {
+        "type": "object",
+        "properties": {"s": {"type": "string", "pattern": "(a|b)*a(a|b){15}"}},
+        "required": ["s"],
+    }
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    with pytest.raises(BadRequestError) as err:
+        client.chat.completions.create(
+            model=server.model, messages=[{"role": "user", "content": "go"}],
+            tools=[tool], tool_choice="required", max_tokens=20,
+        )  # fmt: skip
+    assert err.value.code == "schema_too_complex"
+    assert "automaton" in err.value.message
+    r = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5
+    )
+    assert r.choices[0].message.content
