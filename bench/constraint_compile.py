@@ -3,28 +3,42 @@ makes vLLM build (the call head over the offered names, then each tool's argumen
 the Outlines index, with vLLM's own vocabulary code, reporting time and peak RSS.
 
     python -m bench.constraint_compile --limit 40 [--model-path DIR]
+
+With ``--states``, no vLLM: every corpus schema goes through the server's own admission
+(`compile_schema`, then `AutomatonProbe`), reporting regex size, automaton states and
+refusals - what decides whether a schema is accepted.
+
+    python -m bench.constraint_compile --states [--limit 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import resource
 import statistics
 import time
 from pathlib import Path
 
+from serving.automaton import AutomatonProbe
 from serving.constraint import arguments_regex, compile_schema, name_regex
+from serving.exceptions import InvalidRequest
+from serving.schema_cache import SchemaCache
 
 CORPUS = Path(__file__).parent / "data" / "tool_schemas.jsonl"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--limit", type=int, default=40)
+    ap.add_argument("--limit", type=int, default=40, help="entries (with --states 0 = all)")
     ap.add_argument("--model-path", default=None, help="HF folder (default: offline model)")
     ap.add_argument("--single", action="store_true", help="only the tool, no distractors")
+    ap.add_argument("--states", action="store_true", help="admission only: regex and states")
     args = ap.parse_args()
+    if args.states:
+        asyncio.run(states(args.limit))
+        return
 
     import outlines_core as oc
     from transformers import AutoTokenizer
@@ -59,6 +73,37 @@ def main() -> None:
         f"largest regex chars p50 {statistics.median(sizes):.0f}; exact (no post-check needed) "
         f"{exact}/{len(times)}"
     )
+
+
+async def states(limit: int) -> None:
+    entries = [json.loads(line) for line in CORPUS.read_text().splitlines()]
+    if limit:
+        entries = entries[:: max(1, len(entries) // limit)][:limit]
+    probe = AutomatonProbe()
+    rows, refused, exact = [], [], 0
+    for e in entries:
+        started = time.perf_counter()
+        try:  # what the server does with a new schema
+            compiled = await SchemaCache(probe=probe).get(e["tool"]["function"]["parameters"])
+        except InvalidRequest as exc:
+            refused.append((e["id"], exc.message))
+            continue
+        secs = time.perf_counter() - started
+        exact += compiled.exact
+        n = await probe.check(compiled.regex)
+        rows.append((n, len(compiled.regex), secs, e["id"]))
+    rows.sort()
+    for q in (0.5, 0.9, 0.99, 1.0):
+        n, chars, secs, name = rows[min(len(rows) - 1, int(q * len(rows)))]
+        print(f"p{q * 100:g}: {n:>6,} states {chars:>7,} chars  {secs:.2f} s  ({name})")
+    slowest = max(r[2] for r in rows)
+    print(
+        f"\n{len(entries)} schemas: {len(rows)} accepted, {len(refused)} refused "
+        f"(limit {probe.max_states:,} states); admission took at most {slowest:.2f} s; "
+        f"{exact} enforced exactly (the rest validated after generation)"
+    )
+    for name, message in refused:
+        print(f"  refused {name}: {message}")
 
 
 if __name__ == "__main__":

@@ -47,15 +47,19 @@ class AutomatonProbe:
         self.timeout_s = timeout_s
         self._slots = asyncio.Semaphore(concurrency)
 
-    async def check(self, regex: str, *, what: str = "schema") -> int:
-        """The number of states; raises InvalidRequest(schema_too_complex) past the limit."""
+    async def check(
+        self, regex: str, *, what: str = "schema", max_states: int | None = None
+    ) -> int:
+        """The number of states; raises InvalidRequest(schema_too_complex) past the limit
+        (`max_states`, default the probe's)."""
+        limit = self.max_states if max_states is None else min(max_states, self.max_states)
         async with self._slots:
             states = await self._count(regex)
-        if states is None or states > self.max_states:
+        if states is None or states > limit:
             found = (
                 "could not be built within the probe's time and memory limits"
                 if states is None
-                else f"has {states:,} states (limit {self.max_states:,})"
+                else f"has {states:,} states (limit {limit:,})"
             )
             raise InvalidRequest(
                 f"{what} is too complex to enforce: its constraint automaton {found}; vLLM "

@@ -35,7 +35,10 @@ from serving.patterns import (
 )
 
 WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)
-MAX_COUNTED = 16  # largest {m,n} / maxLength / maxItems compiled into a regex
+# Largest {m,n} / maxLength / maxItems compiled into a regex: SchemaCache tries the first,
+# and falls back to the second when the automaton probe finds the result too big.
+COUNTED_LIMITS = (64, 16)
+MAX_COUNTED = COUNTED_LIMITS[-1]
 # A sanity bound on the regex text itself (vLLM parses it with Python's `re` first). What a
 # regex costs to compile is its automaton, measured by `serving.automaton.AutomatonProbe`.
 MAX_REGEX_CHARS = 200_000
@@ -82,8 +85,21 @@ class CompiledSchema:
         return [e.message for e in self.validator.iter_errors(value)]
 
 
-def compile_schema(schema: Any, *, what: str = "schema") -> CompiledSchema:
-    """Check `schema`, then build its regex. Raises InvalidRequest for a bad schema."""
+@dataclass
+class _Rewrite:
+    """What the rewrite of one schema carries along."""
+
+    what: str
+    defs: dict[str, Any]
+    max_counted: int
+    ranges: list[str] = field(default_factory=list)  # placeholder i -> its regex
+
+
+def compile_schema(
+    schema: Any, *, what: str = "schema", max_counted: int = MAX_COUNTED
+) -> CompiledSchema:
+    """Check `schema`, then build its regex. Raises InvalidRequest for a bad schema.
+    Counted repetition above `max_counted` is left to the final jsonschema check."""
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{what} must be a JSON object", param=what)
     try:
@@ -93,17 +109,17 @@ def compile_schema(schema: Any, *, what: str = "schema") -> CompiledSchema:
             f"{what} is not a valid JSON Schema: {exc.message}", param=what
         ) from exc
     work = copy.deepcopy(schema)
-    ranges: list[str] = []
     defs = {k: work[k] for k in ("$defs", "definitions") if isinstance(work.get(k), dict)}
+    ctx = _Rewrite(what, defs, max_counted)
     exact = True
     for key, table in defs.items():  # first, so that the objects built here see them rewritten
         for name in _def_order(table, key):
-            exact &= _rewrite_bounds(table[name], ranges, what, defs)
-    exact &= _rewrite_bounds(work, ranges, what, defs, root=True)
+            exact &= _rewrite_bounds(table[name], ctx)
+    exact &= _rewrite_bounds(work, ctx, root=True)
     regex = _outlines_regex(work, what)
     # A placeholder's regex holds only placeholders made before it: substitute newest first.
-    for i in reversed(range(len(ranges))):
-        regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({ranges[i]})")
+    for i in reversed(range(len(ctx.ranges))):
+        regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({ctx.ranges[i]})")
     if len(regex) > MAX_REGEX_CHARS:
         raise InvalidRequest(
             f"{what} is too complex to enforce: its constraint is {len(regex):,} characters "
@@ -151,20 +167,13 @@ def _def_order(table: dict[str, Any], key: str) -> list[str]:
     return order
 
 
-def _rewrite_bounds(
-    node: Any,
-    ranges: list[str],
-    what: str,
-    defs: dict[str, Any] | None = None,
-    *,
-    root: bool = False,
-) -> bool:
+def _rewrite_bounds(node: Any, ctx: _Rewrite, *, root: bool = False) -> bool:
     """Rewrite, in place, the nodes whose Outlines regex is wrong or too large into
     placeholders (bounded numbers, objects with only optional properties).
     Returns False if the result is inexact."""
     if not isinstance(node, dict):
         return True
-    defs = defs or {}
+    what = ctx.what
     exact = not (_INEXACT_KEYWORDS & node.keys())
     # outlines_core reads oneOf as anyOf (a value fitting two branches gets through) and
     # concatenates the branches of allOf (the result is not even JSON).
@@ -176,23 +185,23 @@ def _rewrite_bounds(
         )
     for key in _SUBSCHEMA_LISTS:
         for sub in node.get(key) or []:
-            exact &= _rewrite_bounds(sub, ranges, what, defs)
+            exact &= _rewrite_bounds(sub, ctx)
     for key in _SUBSCHEMA_MAPS:
         if root and key in ("$defs", "definitions"):
             continue  # done first, by compile_schema
         for sub in (node.get(key) or {}).values():
-            exact &= _rewrite_bounds(sub, ranges, what, defs)
+            exact &= _rewrite_bounds(sub, ctx)
     for key in _SUBSCHEMA_SINGLE:
-        exact &= _rewrite_bounds(node.get(key), ranges, what, defs)
-    exact &= _relax_sizes(node)
+        exact &= _rewrite_bounds(node.get(key), ctx)
+    exact &= _relax_sizes(node, ctx.max_counted)
     if _plain_object(node):
-        regex = _object_regex(node["properties"], node.get("required") or [], what, defs)
+        regex = _object_regex(node["properties"], node.get("required") or [], what, ctx.defs)
         if regex is not None:
-            _placeholder(node, regex, ranges)
+            _placeholder(node, regex, ctx.ranges)
             return exact
     free = _free_form(node)
     if free is not None:
-        _placeholder(node, free, ranges)
+        _placeholder(node, free, ctx.ranges)
         return exact
     kind = node.get("type")
     bounded = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & node.keys()
@@ -207,7 +216,7 @@ def _rewrite_bounds(
                 )
             return False  # no integer inside, e.g. (0, 1): unbounded regex, validated output
         rng = int_range_regex(lo, hi) if is_int else number_range_regex(lo, hi)
-        _placeholder(node, rng, ranges)
+        _placeholder(node, rng, ctx.ranges)
     return exact
 
 
@@ -301,19 +310,19 @@ def _object_regex(
     return r"\{" + "".join(out) + r"\}"
 
 
-def _relax_sizes(node: dict[str, Any]) -> bool:
+def _relax_sizes(node: dict[str, Any], max_counted: int) -> bool:
     """Drop counted repetition the automaton cannot afford. Returns False if anything went.
 
     Outlines compiles the regex into an automaton whose every state is walked against the
     whole vocabulary (~150k tokens for Qwen): ``maxLength: 1024`` alone is 1024 states, and
     real-world schemas carry dozens of such bounds (vLLM ran out of 24 GiB on one). Bounds
-    above `MAX_COUNTED` are therefore left to the final jsonschema check.
+    above `max_counted` are therefore left to the final jsonschema check.
     """
     exact = True
     items = node.get("items")
     # Counted arrays of objects repeat the whole object automaton: keep them uncounted.
-    item_limit = 1 if isinstance(items, dict) and not _is_scalar(items) else MAX_COUNTED
-    limits = {"minLength": MAX_COUNTED, "maxLength": MAX_COUNTED}
+    item_limit = 1 if isinstance(items, dict) and not _is_scalar(items) else max_counted
+    limits = {"minLength": max_counted, "maxLength": max_counted}
     limits.update(minItems=item_limit, maxItems=item_limit if item_limit > 1 else 0)
     for key, limit in limits.items():
         value = node.get(key)
@@ -328,7 +337,7 @@ def _relax_sizes(node: dict[str, Any]) -> bool:
         node.pop("maxLength", None)
         exact = False
     if isinstance(pattern, str):
-        relaxed = _COUNTED.sub(_uncount, pattern)
+        relaxed = _COUNTED.sub(lambda m: _uncount(m, max_counted), pattern)
         if relaxed != pattern:
             exact = False
         node["pattern"], safe_exact = json_safe_pattern(relaxed)
@@ -345,11 +354,11 @@ def _is_scalar(schema: dict[str, Any]) -> bool:
 _COUNTED = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")
 
 
-def _uncount(m: re.Match[str]) -> str:
+def _uncount(m: re.Match[str], max_counted: int) -> str:
     low = int(m.group(1))
     high = m.group(2)
     top = low if high is None else (int(high) if high else None)
-    if top is not None and top <= MAX_COUNTED:
+    if top is not None and top <= max_counted:
         return m.group(0)
     return "*" if low == 0 else "+"
 

@@ -47,9 +47,11 @@ class CountingProbe(AutomatonProbe):
         super().__init__(**kw)  # type: ignore[arg-type]
         self.calls = 0
 
-    async def check(self, regex: str, *, what: str = "schema") -> int:
+    async def check(
+        self, regex: str, *, what: str = "schema", max_states: int | None = None
+    ) -> int:
         self.calls += 1
-        return await super().check(regex, what=what)
+        return await super().check(regex, what=what, max_states=max_states)
 
 
 async def test_cache_probes_each_schema_once_and_remembers_refusals() -> None:
@@ -62,4 +64,28 @@ async def test_cache_probes_each_schema_once_and_remembers_refusals() -> None:
             await cache.get(WEATHER, what=what)
         assert err.value.param == what and what in err.value.message
         assert err.value.code == "schema_too_complex"
+    assert probe.calls == 3  # the small schema once, the other at both counting limits
+
+
+async def test_cache_keeps_counted_repetition_when_the_automaton_affords_it() -> None:
+    hex_id = {
+        "type": "object",
+        "properties": {"id": {"type": "string", "pattern": "farm-[0-9a-f]{32}"}},
+        "required": ["id"],
+    }
+    compiled = await SchemaCache(probe=AutomatonProbe()).get(hex_id)
+    assert "{32}" in compiled.regex and compiled.exact
+    assert "{32}" not in compile_schema(hex_id).regex  # the fallback: checked afterwards
+
+
+async def test_cache_falls_back_to_less_counting_when_the_automaton_is_too_big() -> None:
+    name = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 60}},
+        "required": ["name"],
+    }
+    probe = CountingProbe(max_states=40)
+    compiled = await SchemaCache(probe=probe).get(name)
     assert probe.calls == 2
+    assert "60" not in compiled.regex and not compiled.exact
+    assert compiled.errors({"name": "x" * 61}) and not compiled.errors({"name": "x"})
