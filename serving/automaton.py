@@ -106,8 +106,11 @@ def count_states(regex: str) -> int:
 
 
 def main() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (_CHILD_MEMORY, _CHILD_MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (_CHILD_CPU_S, _CHILD_CPU_S))
+    for limit, value in ((resource.RLIMIT_AS, _CHILD_MEMORY), (resource.RLIMIT_CPU, _CHILD_CPU_S)):
+        try:
+            resource.setrlimit(limit, (value, value))
+        except (ValueError, OSError):  # e.g. RLIMIT_AS on macOS: the parent's timeout remains
+            log.debug("could not set rlimit %s", limit)
     print(count_states(sys.stdin.buffer.read().decode("utf-8")))
 
 
