@@ -195,6 +195,8 @@ async def run(args: argparse.Namespace) -> int:
     index = tool_index(corpus)
     schemas = {name: tool["function"]["parameters"] for name, tool in index.items()}
     entries = pick_spread(corpus, args.limit) if args.limit else corpus
+    if args.ids:  # e.g. re-running the entries an earlier run lost to an engine failure
+        entries = [e for e in entries if e["id"] in args.ids]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     for m in modes:
@@ -261,6 +263,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", help="default: first model from /v1/models")
     ap.add_argument("--corpus", default=str(CORPUS_PATH))
     ap.add_argument("--limit", type=int, default=0, help="entries, spread over the corpus")
+    ap.add_argument("--ids", help="file of entry ids (whitespace-separated): only these")
     ap.add_argument("--modes", default="required,named,auto")
     ap.add_argument("--arms", default="constrained,unconstrained")
     ap.add_argument("--concurrency", type=int, default=8)
@@ -270,7 +273,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
     ap.add_argument("--progress", type=int, default=20, help="print every N requests; 0 off")
     ap.add_argument("--out", help="write summary and per-request records as JSON")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.ids:
+        args.ids = set(Path(args.ids).read_text().split())
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
