@@ -41,6 +41,7 @@ from bench._client import (
     tool_choice_for,
     tool_index,
     tools_for,
+    write_json,
 )
 
 MODES = ("required", "named", "auto")
@@ -196,7 +197,8 @@ async def run(args: argparse.Namespace) -> int:
     schemas = {name: tool["function"]["parameters"] for name, tool in index.items()}
     entries = pick_spread(corpus, args.limit) if args.limit else corpus
     if args.ids:  # e.g. re-running the entries an earlier run lost to an engine failure
-        entries = [e for e in entries if e["id"] in args.ids]
+        wanted = set(args.ids)
+        entries = [e for e in entries if e["id"] in wanted]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     for m in modes:
@@ -263,6 +265,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", help="default: first model from /v1/models")
     ap.add_argument("--corpus", default=str(CORPUS_PATH))
     ap.add_argument("--limit", type=int, default=0, help="entries, spread over the corpus")
+    ap.add_argument(
+        "--merge", nargs="+", metavar="JSON",
+        help="no requests: summarize the first results file with records replaced by later "
+        "files' (a --ids re-run)",
+    )  # fmt: skip
     ap.add_argument("--ids", help="file of entry ids (whitespace-separated): only these")
     ap.add_argument("--modes", default="required,named,auto")
     ap.add_argument("--arms", default="constrained,unconstrained")
@@ -275,12 +282,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", help="write summary and per-request records as JSON")
     args = ap.parse_args(argv)
     if args.ids:
-        args.ids = set(Path(args.ids).read_text().split())
+        args.ids = sorted(set(Path(args.ids).read_text().split()))
     return args
 
 
+def merge(paths: list[str], out: str | None) -> int:
+    """Records of the first file, each replaced by a later file's record for the same
+    (entry, mode, arm): how a re-run (``--ids``) of lost requests completes a run."""
+    merged: dict[tuple[str, str, str], JSON] = {}
+    for path in paths:
+        for r in json.loads(Path(path).read_text())["records"]:
+            key = (r["id"], r["mode"], r["arm"])
+            if key in merged or path == paths[0]:
+                merged[key] = r
+    records = list(merged.values())
+    summary = summarize(records)
+    print(f"merged {paths}: {len(records)} records")
+    print_summary(summary)
+    if out:
+        write_json(out, {"bench": "tool_validity", "merged_from": paths, "summary": summary,
+                         "records": records})  # fmt: skip
+        print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    args = parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
+    return asyncio.run(run(args))
 
 
 if __name__ == "__main__":

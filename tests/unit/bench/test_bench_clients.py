@@ -407,3 +407,20 @@ def test_proxy_overhead_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     assert data["summary"]["2"]["ours"]["completion_tokens"] == 2 * 2 * 5
     assert all(r.get("ignore_eos") is True for r in server.requests)
     assert all("tools" not in r for r in server.requests)
+
+
+def test_tool_validity_merge_replaces_rerun_records(tmp_path: Path) -> None:
+    from bench.tool_validity import merge
+
+    def rec(i: str, status: str) -> dict[str, Any]:
+        r: dict[str, Any] = {"id": i, "mode": "required", "arm": "constrained"}
+        if status == "ok":
+            return r | {"status": "ok", "n_calls": 1, "valid": True, "parses": True}
+        return r | {"status": "http_error", "error": "HTTP 503"}
+
+    base, rerun, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "m.json"
+    base.write_text(json.dumps({"records": [rec("x", "ok"), rec("y", "lost")]}))
+    rerun.write_text(json.dumps({"records": [rec("y", "ok"), rec("z", "ok")]}))
+    assert merge([str(base), str(rerun)], str(out)) == 0
+    s = json.loads(out.read_text())["summary"]["required"]["constrained"]
+    assert (s["prompts"], s["http_errors"], s["valid"]) == (2, 0, 2)
