@@ -220,12 +220,14 @@ def _rewrite_bounds(node: Any, ctx: _Rewrite, *, root: bool = False) -> bool:
     return exact
 
 
-# Keys beside `properties` that leave an object node to the regex built below.
-_PLAIN_OBJECT_KEYS = frozenset(
-    {"type", "properties", "required", "additionalProperties", "$defs", "definitions", "$schema",
-     "$id", "description", "title", "default", "examples", "$comment", "deprecated",
-     "readOnly", "writeOnly"}
+_ANNOTATIONS = frozenset(
+    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
+     "writeOnly", "$schema", "$id"}
 )  # fmt: skip
+# Keys beside the annotations that leave an object node to the regex built here.
+_PLAIN_OBJECT_KEYS = _ANNOTATIONS | {
+    "type", "properties", "required", "additionalProperties", "$defs", "definitions"
+}  # fmt: skip
 
 
 def _plain_object(node: dict[str, Any]) -> bool:
@@ -237,12 +239,6 @@ def _plain_object(node: dict[str, Any]) -> bool:
         and node.get("type", "object") == "object"
         and node.keys() <= _PLAIN_OBJECT_KEYS
     )
-
-
-_ANNOTATIONS = frozenset(
-    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
-     "writeOnly", "$schema", "$id"}
-)  # fmt: skip
 
 
 def _free_form(node: dict[str, Any]) -> str | None:
@@ -283,7 +279,7 @@ def _object_regex(
             if name in required:
                 raise InvalidRequest(f"{what} requires property {name!r} but forbids it")
             continue
-        if sub is True or sub == {}:
+        if sub is True:  # ({} was already rewritten, like every subschema, before its object)
             value = json_value_regex(FREE_FORM_DEPTH)
         elif isinstance(sub, dict):
             try:
