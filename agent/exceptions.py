@@ -1,0 +1,66 @@
+"""Exceptions raised by the agent package.
+
+Tree::
+
+    AgentError                    root: anything the agent runtime raises
+    ├── ConfigError               bad settings, tool file or CLI arguments (fatal)
+    ├── ModelError                the endpoint failed in a way the loop cannot recover from
+    └── ToolError                 a tool failed; the loop turns it into a structured result
+        ├── ToolArgumentsError    arguments did not validate against the tool's schema
+        ├── ToolNotAllowed        the tool is not mounted or not in the run's allowlist
+        ├── ToolDenied            a dangerous or suspicious call was not approved
+        ├── ToolTimeout           the tool ran past its timeout and was cancelled
+        └── ToolServerError       an MCP server crashed, hung or answered garbage
+
+Recoverable errors (every `ToolError`) go back to the model as observations, built by
+`error_body`; the others end the run with status ``error``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AgentError(Exception):
+    kind: str = "agent_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(AgentError):
+    kind = "config_error"
+
+
+class ModelError(AgentError):
+    kind = "model_error"
+
+
+class ToolError(AgentError):
+    kind = "tool_error"
+
+
+class ToolArgumentsError(ToolError):
+    kind = "invalid_arguments"
+
+
+class ToolNotAllowed(ToolError):
+    kind = "not_allowed"
+
+
+class ToolDenied(ToolError):
+    kind = "denied"
+
+
+class ToolTimeout(ToolError):
+    kind = "timeout"
+
+
+class ToolServerError(ToolError):
+    kind = "server_error"
+
+
+def error_body(exc: AgentError) -> dict[str, Any]:
+    """The one place a tool error becomes the ``error`` field of a structured result."""
+    return {"type": exc.kind, "message": exc.message}

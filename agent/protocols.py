@@ -1,0 +1,39 @@
+"""The seams the agent depends on. Anything with these attributes is a tool: a typed Python
+function wrapped by `agent.tools`, an MCP server's tool (`agent.mcp`), or memory's tools
+(`memory.tools`, which satisfies `Tool` structurally and never imports `agent`).
+
+A tool's ``call`` returns JSON-serialisable data or raises; the registry validates the
+arguments before the call and wraps the outcome as ``{"status", "data", "error"}``
+(`ToolResult`), so a tool never builds that envelope itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+ToolStatus = Literal["ok", "error"]
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """One callable tool, described by a JSON Schema for its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema of the arguments object
+    dangerous: bool  # needs approval before each call
+
+    async def call(self, arguments: dict[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What goes back to the model, as JSON, in the ``role: tool`` message."""
+
+    status: ToolStatus
+    data: Any = None
+    error: dict[str, Any] | None = None  # {"type": ..., "message": ...}, see error_body
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "data": self.data, "error": self.error}
