@@ -192,9 +192,10 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
         body["model"] = state.engine.model_name
 
         async def run() -> dict[str, Any] | AsyncIterator[bytes]:
+            send = await state.chat.admit_completion(body)  # client constraints: probed or 400
             if req.stream:
-                return _relay(state.engine.stream("/v1/completions", body))
-            return await state.engine.post("/v1/completions", body)
+                return _relay(state.engine.stream("/v1/completions", send))
+            return await state.engine.post("/v1/completions", send)
 
         return await _generate(request, run)
 

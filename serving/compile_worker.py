@@ -28,7 +28,7 @@ from typing import Any, Literal
 from serving.constraint import CompiledSchema, compile_schema
 from serving.exceptions import InvalidRequest
 from serving.schema_limits import SchemaLimits
-from serving.validation import SafeValidator
+from serving.validation import DEFAULT_DEADLINE_S, SafeValidator
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,9 @@ class SchemaCompiler:
         timeout_s: float = 10.0,
         concurrency: int = 2,
         limits: SchemaLimits | None = None,
+        validation_deadline_s: float = DEFAULT_DEADLINE_S,
     ):
+        self.validation_deadline_s = validation_deadline_s
         self.mode = mode
         self.timeout_s = timeout_s
         self.limits = limits or SchemaLimits()
@@ -104,18 +106,19 @@ class SchemaCompiler:
             )
             try:
                 result = await asyncio.wait_for(future, timeout=self.timeout_s)
-            except TimeoutError:
+            except TimeoutError as exc:
                 log.warning("compiling %s overran %.0f s: refused", what, self.timeout_s)
                 if self.mode == "process":
                     self._replace_pool()
-                raise _too_complex(what, f"compiling it took over {self.timeout_s:.0f} s")
-            except BrokenProcessPool:
+                raise _too_complex(what, f"compiling it took over {self.timeout_s:.0f} s") from exc
+            except BrokenProcessPool as exc:
                 log.warning("the compile worker died on %s (memory?): refused", what)
                 self._replace_pool()
-                raise _too_complex(what, "compiling it exhausted the worker's memory")
+                raise _too_complex(what, "compiling it exhausted the worker's memory") from exc
         if result[0] == "error":
             raise InvalidRequest(result[1], param=result[2], code=result[3])
-        return CompiledSchema(schema, result[1], result[2], SafeValidator(schema))
+        validator = SafeValidator(schema, deadline_s=self.validation_deadline_s)
+        return CompiledSchema(schema, result[1], result[2], validator)
 
     def close(self) -> None:
         self._replace_pool()

@@ -63,5 +63,28 @@ class ServerSettings(BaseSettings):
     max_tool_tokens: int = Field(default=1024, description="max_tokens default for tool calls.")
     log_level: str = "INFO"
 
+    # -- constraint safety (serving/compile_worker.py, schema_limits.py, validation.py) ------
+    schema_compile_timeout_s: float = Field(
+        default=10.0, description="Deadline for compiling one schema to its regex; past it: 400."
+    )
+    schema_compile_mode: Literal["process", "thread"] = Field(
+        default="process",
+        description="Where schemas compile: a memory-limited worker process (killed at the "
+        "deadline) or a thread (keeps running past it).",
+    )
+    constraint_probe_timeout_s: float = Field(
+        default=5.0,
+        description="Deadline for measuring a constraint's automaton (corpus schemas: < 0.3 s); "
+        "past it the constraint gets 400 schema_too_complex.",
+    )
+    max_schema_depth: int = Field(default=48, description="Deepest JSON nesting of a schema.")
+    max_schema_nodes: int = Field(default=20_000, description="Most JSON values in a schema.")
+    max_schema_ref_chain: int = Field(default=16, description="Longest chain of $ref to $ref.")
+    validation_deadline_s: float = Field(
+        default=1.0,
+        description="Time one output's jsonschema validation may spend in `pattern` matching "
+        "(off the event loop); past it the output counts as invalid.",
+    )
+
     def engine_port_resolved(self) -> int:
         return self.engine_port if self.engine_port is not None else self.port + 1

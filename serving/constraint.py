@@ -27,13 +27,13 @@ from jsonschema import Draft202012Validator, SchemaError
 from outlines_core.json_schema import build_regex_from_schema
 
 from serving.exceptions import InvalidRequest
-from serving.schema_limits import HUGE_BOUND, SchemaLimits, check_schema_limits, fits_type
 from serving.patterns import (
     int_range_regex,
     json_safe_pattern,
     json_value_regex,
     number_range_regex,
 )
+from serving.schema_limits import HUGE_BOUND, SchemaLimits, check_schema_limits, fits_type
 from serving.validation import SafeValidator
 
 WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)

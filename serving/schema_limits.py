@@ -203,10 +203,10 @@ def _bounds_text(node: dict[str, Any]) -> str:
 
 
 def _numeric_range_empty(node: dict[str, Any], *, integer: bool) -> bool:
-    lows = [(v, ex) for v, ex in ((_num(node, "minimum"), False),
-                                  (_num(node, "exclusiveMinimum"), True)) if v is not None]  # fmt: skip
-    highs = [(v, ex) for v, ex in ((_num(node, "maximum"), False),
-                                   (_num(node, "exclusiveMaximum"), True)) if v is not None]  # fmt: skip
+    lo_pairs = ((_num(node, "minimum"), False), (_num(node, "exclusiveMinimum"), True))
+    hi_pairs = ((_num(node, "maximum"), False), (_num(node, "exclusiveMaximum"), True))
+    lows = [(v, ex) for v, ex in lo_pairs if v is not None]
+    highs = [(v, ex) for v, ex in hi_pairs if v is not None]
     if not lows or not highs:
         return False
     lo, lo_ex = max(lows, key=lambda t: (t[0], t[1]))

@@ -79,7 +79,9 @@ def _pattern_properties(
         for k, v in instance.items():
             found = _search(validator, pattern, k)
             if found is None:
-                yield ValidationError(f"property {k[:80]!r} could not be checked against {pattern!r}")
+                yield ValidationError(
+                    f"property {k[:80]!r} could not be checked against {pattern!r}"
+                )
             elif found:
                 yield from validator.descend(v, subschema, path=k, schema_path=pattern)
 
