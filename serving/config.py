@@ -81,7 +81,7 @@ class ServerSettings(BaseSettings):
     max_schema_nodes: int = Field(default=20_000, description="Most JSON values in a schema.")
     max_schema_ref_chain: int = Field(default=16, description="Longest chain of $ref to $ref.")
     validation_deadline_s: float = Field(
-        default=1.0,
+        default=0.25,
         description="Time one output's jsonschema validation may spend in `pattern` matching "
         "(off the event loop); past it the output counts as invalid.",
     )
