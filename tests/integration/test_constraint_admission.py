@@ -30,8 +30,8 @@ def deep_defs() -> dict[str, Any]:
     return {"$defs": defs, "type": "object", "properties": refs}
 
 
-def post(server: Server, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(server.base_url + path, headers=AUTH, json=body, timeout=60)
+def post(server: Server, path: str, body: dict[str, Any], timeout: float = 60) -> httpx.Response:
+    return httpx.post(server.base_url + path, headers=AUTH, json=body, timeout=timeout)
 
 
 def refused_quickly_with_health(server: Server, path: str, body: dict[str, Any]) -> dict:
@@ -102,15 +102,15 @@ def test_unsatisfiable_schema_is_invalid_schema(server: Server, schema: dict[str
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_schema"
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(200)  # a 2-token completion: seconds, unless the shared engine is busy
 def test_grammar_is_refused_and_a_plain_regex_still_constrains(server: Server) -> None:
     resp = post(server, "/v1/completions", {
         "model": server.model, "prompt": "hi", "max_tokens": 4, "guided_grammar": "root ::= 'a'"
     })  # fmt: skip
     assert resp.status_code == 400
     assert resp.json()["error"]["code"] == "unsupported_constraint"
-    body = {"model": server.model, "prompt": "Answer yes or no: is 2 > 1?", "max_tokens": 4,
+    body = {"model": server.model, "prompt": "Answer yes or no: is 2 > 1?", "max_tokens": 2,
             "temperature": 0, "structured_outputs": {"regex": "(yes|no)"}}  # fmt: skip
-    resp = post(server, "/v1/completions", body)
+    resp = post(server, "/v1/completions", body, timeout=180)
     assert resp.status_code == 200, resp.text
     assert re.fullmatch("yes|no", resp.json()["choices"][0]["text"])
