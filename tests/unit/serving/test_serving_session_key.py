@@ -7,6 +7,7 @@ httpx MockTransport that answers like vLLM (from the scripted FakeEngine) and re
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -36,7 +37,7 @@ class RecordingVLLM:
 
 
 @pytest.fixture
-async def wired(make_harness: Any) -> tuple[Harness, RecordingVLLM]:
+async def wired(make_harness: Any) -> AsyncIterator[tuple[Harness, RecordingVLLM]]:
     """A harness whose engine is a real VLLMEngine talking to the recording transport."""
     h: Harness = make_harness()
     vllm = RecordingVLLM()
