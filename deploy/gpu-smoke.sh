@@ -106,7 +106,7 @@ while (($(date +%s) < deadline)); do
         healthy=1
         break
     fi
-    sleep 3
+    sleep 1
 done
 START_S=$(($(date +%s) - SERVE_T0))
 if ((healthy == 0)); then
