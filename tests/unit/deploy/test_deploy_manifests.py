@@ -338,7 +338,10 @@ def vllm_metric_names() -> set[str]:
     spec = importlib.util.find_spec("vllm")
     if spec is None or spec.origin is None:
         pytest.skip("vllm is not installed")
-    source = (Path(spec.origin).parent / "v1/metrics/loggers.py").read_text()
+    loggers = Path(spec.origin).parent / "v1/metrics/loggers.py"
+    if not loggers.is_file():
+        pytest.skip(f"this vLLM keeps its metric definitions elsewhere than {loggers}")
+    source = loggers.read_text()
     names: set[str] = set()
     for cls, name in re.findall(
         r"self\._(\w+)_cls\(\s*name=\"(vllm:[a-z0-9_]+)\"", source
