@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import hashlib
 import json
 import logging
 import os
@@ -218,7 +219,11 @@ async def sse_json(lines: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any]
 
 def _session_headers() -> dict[str, str] | None:
     key = session_key_var.get()
-    return {"x-session-id": key} if key else None
+    if not key:
+        return None
+    if not (key.isascii() and key.isprintable() and len(key) <= 128):  # e.g. a non-ASCII `user`
+        key = hashlib.sha256(key.encode()).hexdigest()
+    return {"x-session-id": key}
 
 
 def _json_or_text(raw: bytes) -> dict[str, Any]:

@@ -6,6 +6,7 @@ httpx MockTransport that answers like vLLM (from the scripted FakeEngine) and re
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -105,3 +106,13 @@ async def test_completions_forward_the_key_and_requests_do_not_leak_it(
     second = await h.client.post("/v1/completions", json=body)
     assert first.status_code == second.status_code == 200
     assert vllm.seen == [("/v1/completions", "s-9"), ("/v1/completions", None)]
+
+
+async def test_a_key_that_is_no_header_value_is_sent_as_its_digest(
+    wired: tuple[Harness, RecordingVLLM],
+) -> None:
+    h, vllm = wired
+    user = "José\nbad " + "x" * 200
+    resp = await h.client.post("/v1/chat/completions", json=chat_body(user=user))
+    assert resp.status_code == 200, resp.text
+    assert vllm.seen == [("/v1/chat/completions", hashlib.sha256(user.encode()).hexdigest())]
