@@ -532,3 +532,24 @@ def test_gpu_smoke_fails_fast_without_a_gpu(tmp_path: Path) -> None:
         ["bash", str(SMOKE)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
     )
     assert out.returncode == 1 and "FATAL: nvidia-smi failed" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "text"),
+    [
+        (
+            "hadolint",
+            ["--no-color"],
+            "FROM ubuntu:latest\nRUN cd /tmp && apt-get install -y curl\n",
+        ),
+        ("shellcheck", [], "#!/usr/bin/env bash\nrm -rf $1/*\n"),
+        ("yamllint", ["-c", str(DEPLOY / ".yamllint.yaml")], "a:  1\nb: [1,2]   \n"),
+    ],
+)
+def test_the_linters_reject_a_bad_file(
+    tmp_path: Path, name: str, argv: list[str], text: str
+) -> None:
+    bad = tmp_path / "bad"
+    bad.write_text(text)
+    out = run(tool(name), *argv, str(bad))
+    assert out.returncode != 0, out.stdout
