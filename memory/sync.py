@@ -129,7 +129,7 @@ class MemoryStore:
     def forget_matching(self, text: str, *, user_id: str, **kw: Any) -> list[str]:
         return self._run(self.aio.forget_matching(text, user_id=user_id, **kw))
 
-    def history(self, record_id: str, *, user_id: str | None = None) -> list[Record]:
+    def history(self, record_id: str, *, user_id: str) -> list[Record]:
         return self._run(self.aio.history(record_id, user_id=user_id))
 
     def get(self, record_id: str, *, user_id: str) -> Record:

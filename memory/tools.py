@@ -8,7 +8,9 @@ passes it, so a tool call cannot reach another user's memory.
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import jsonschema
@@ -17,7 +19,7 @@ from memory.exceptions import LoopstackMemoryError, RejectedError
 from memory.records import MemorySource, MemoryType
 from memory.store import AsyncMemoryStore
 
-__all__ = ["RECALL_MEMORY", "SAVE_MEMORY", "TOOLS", "call_tool"]
+__all__ = ["RECALL_MEMORY", "SAVE_MEMORY", "TOOLS", "ConfirmUserSaid", "call_tool"]
 
 RECALL_MEMORY: dict[str, Any] = {
     "type": "function",
@@ -81,7 +83,8 @@ SAVE_MEMORY: dict[str, Any] = {
                 },
                 "user_said_it": {
                     "type": "boolean",
-                    "description": "True only when the user stated this themselves.",
+                    "description": "True only when the user stated this themselves; the host "
+                    "confirms it before the memory counts as said by the user.",
                 },
             },
             "required": ["text"],
@@ -102,11 +105,19 @@ async def call_tool(
     user_id: str,
     agent_id: str | None = None,
     session_id: str | None = None,
+    confirm_user_said: ConfirmUserSaid | None = None,
+    trust_user_said: bool = False,
 ) -> str:
     """Run a memory tool call; returns the text to hand back to the model as the result.
 
     Invalid arguments and refused writes come back as an ``error: ...`` string (the model
     can correct itself); scope errors and storage failures raise.
+
+    ``save_memory``'s ``user_said_it`` is the model's claim, not a fact: the record is only
+    stored as said by the user when the host confirms it, through ``confirm_user_said(text)``
+    (sync or async, e.g. checking the text against the user's messages or asking the user)
+    or by passing ``trust_user_said=True``. Without either (the default) the claim is
+    ignored and the record is kept as unverified unless it cites evidence.
     """
     tool = _BY_NAME.get(name)
     if tool is None:
@@ -127,14 +138,9 @@ async def call_tool(
         )
         return rec.block or "No relevant memories."
     evidence = list(args.get("evidence", []))
-    explicit = bool(args.get("user_said_it", False))
-    source = (
-        MemorySource.USER_EXPLICIT
-        if explicit
-        else MemorySource.TASK
-        if evidence
-        else MemorySource.INFERRED
-    )
+    claimed = bool(args.get("user_said_it", False))
+    explicit = claimed and await _host_confirms(args["text"], confirm_user_said, trust_user_said)
+    source = MemorySource.USER_EXPLICIT if explicit else MemorySource.TASK
     settings = store.settings
     weight = settings.default_weight if explicit or evidence else settings.unsupported_weight
     try:
@@ -153,5 +159,22 @@ async def call_tool(
         return f"error: not saved: {exc}"
     except LoopstackMemoryError:
         raise
-    note = "" if explicit or evidence else " (no evidence given: kept with low weight)"
+    note = "" if explicit or evidence else " (no evidence given: kept as unverified, low weight)"
+    if claimed and not explicit:
+        note += " (user_said_it not confirmed by the host: not stored as the user's words)"
     return f"saved as {rid}{note}"
+
+
+ConfirmUserSaid = Callable[[str], Awaitable[bool] | bool]
+
+
+async def _host_confirms(text: str, confirm: ConfirmUserSaid | None, trust: bool) -> bool:
+    """Whether the host vouches that the user said ``text`` (default: no)."""
+    if trust:
+        return True
+    if confirm is None:
+        return False
+    answer = confirm(text)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return bool(answer)

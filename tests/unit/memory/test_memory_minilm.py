@@ -52,7 +52,7 @@ async def test_supersede_with_real_embeddings(tmp_path: Path, minilm: MiniLMEmbe
     st = AsyncMemoryStore(tmp_path / "m.db", embedder=minilm)
     old = await st.add("The weekly team standup is at 9am", user_id="u1")
     new = await st.add("The weekly team standup is at 10am", user_id="u1")
-    assert [r.id for r in await st.history(old)] == [old, new]
+    assert [r.id for r in await st.history(old, user_id="u1")] == [old, new]
     same = await st.add("The weekly team standup is at 10am.", user_id="u1")
     assert same == new
     rec = await st.recall("when is standup?", user_id="u1")
