@@ -59,7 +59,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"(?i)\b(ssn|social security(?: number| no\.?)?|national (?:id|insurance)"
             r"(?: number| no\.?)?|ni number|passport(?: number| no\.?)|tax (?:id|number)"
-            r"|personal id(?: number)?|id number)" + _KEYWORD_VALUE.replace("{3,}", "{4,}")
+            r"|personal id(?: number)?|id number)"
+            + _KEYWORD_VALUE.replace(
+                r"(\S{3,})", r"([A-Z0-9]{1,4}(?:[ -]?\d{2,6}){1,4}(?:[ -]?[A-Z]\b)?|\S{4,})"
+            )
         ),
     ),
     ("national_id", re.compile(r"\b(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}\b")),

@@ -117,13 +117,13 @@ _LEAD_IN = (
     r"^(?:(?:please|pls|kindly|ok(?:ay)?|hey|hi|so|and|also|now|oh|just|actually|alright)"
     r"\b[,!\s]*)*"
     r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?"
-    r"|i\s+(?:want|need|would\s+like|'d\s+like)\s+you\s+to\s+"
+    r"|i(?:\s+want|\s+need|\s+would\s+like|'d\s+like)\s+you\s+to\s+"
     r"|you\s+(?:can|should|may|must|need\s+to)\s+(?:now\s+)?)?(?:please\s+|just\s+)?"
 )
 _STORE_OBJECT = r"(?=(?:my|that|this|it|anything|any|what|those|these|the\s+fact)\b)"
 _FORGET = [
     re.compile(
-        _LEAD_IN + r"forget\s+(?!to\b|it\s*[.!?]*$|(?:it|that|this)\s*[.!?]*$)"
+        _LEAD_IN + r"forget\s+(?!to\b|(?:it|that|this)\s*(?:[,.!?;]|$))"
         r"(?:all\s+)?(?:about\s+)?(?:the\s+fact\s+)?(?:that\s+)?(?P<body>.+)",
         re.I,
     ),
