@@ -73,6 +73,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,3})?\b")),
 ]
 _KEEP_PREFIX = {"password", "national_id", "url_credentials", "token"}
+# "the API key of the user is scoped to ...", "the token was revoked": prose, not a secret.
+_PROSE_VALUES = re.compile(
+    r"^(?:[a-z]+(?:ed|ing|able)|valid|invalid|wrong|correct|set|empty|new|old|same|"
+    r"different|fine|ok|okay|secure|weak|strong|long|short|there|here|not|the|an?|too|"
+    r"still|now|also|only|just|very|stored|shared|secret|private|public|safe)$"
+)
 
 
 def _luhn_ok(digits: str) -> bool:
@@ -112,6 +118,8 @@ def redact(text: str) -> tuple[str, list[str]]:
 
         def sub(m: re.Match[str], kind: str = kind) -> str:
             if "[REDACTED:" in m.group(0) and kind != "url_credentials":
+                return m.group(0)
+            if kind == "password" and m.lastindex == 4 and _PROSE_VALUES.match(m.group(4)):
                 return m.group(0)
             kinds.append(kind)
             if kind == "url_credentials":

@@ -105,6 +105,9 @@ ORDINARY = [
     "skills include sk8boarding",
     "Our hf team uses transformers",
     "standup is at 10am",
+    "The API key of the user is scoped to the staging project",
+    "the token was revoked yesterday",
+    "my password is expired again",
 ]
 
 
