@@ -206,7 +206,8 @@ def score_candidates(
     ``similarity`` must already hold the cosine of query and record; ``keyword`` the BM25
     score normalised to 0..1 against the best keyword hit of this query. The score loses
     ``w_trust * (1 - trust)`` (see ``memory.trust``); a record trusted less than
-    ``trust_floor`` is dropped unless ``include_unverified``.
+    ``trust_floor`` is dropped unless ``include_unverified``, and ranks after every record
+    at or above the floor.
     """
     now = time.time() if now is None else now
     cut = settings.threshold if threshold is None else threshold
@@ -233,7 +234,10 @@ def score_candidates(
         else:
             c.kept, c.reason = True, "above threshold"
         out.append(c)
-    out.sort(key=lambda c: (-c.score, -c.record.created_at))
+    # Records at or above the trust floor rank before every record below it: an unverified
+    # record never outranks a verified one, however relevant it looks.
+    floor = settings.trust_floor
+    out.sort(key=lambda c: (c.trust < floor, -c.score, -c.record.created_at))
     return out
 
 

@@ -11,9 +11,10 @@ Every record is known in one of four ways, derived from what the ledger holds:
 (``prior * (0.5 + 0.5 * confidence)``). Priors 1.0 / 0.9 / 0.75 / 0.3, so an unverified
 record is never above 0.3 and the default trust floor (0.35) keeps it out of the
 ``<memory>`` block, while every verified kind stays above it at any confidence >= 0.
-Gate 3 subtracts ``w_trust * (1 - trust)`` from the score (``w_trust`` 0.6): an unverified
-record loses at least 0.3 more than an evidence-backed one, so it cannot outrank a verified
-record of similar relevance.
+Gate 3 subtracts ``w_trust * (1 - trust)`` from the score (``w_trust`` 0.6, so an
+unverified record loses at least 0.3 more than an evidence-backed one) and ranks every
+record below the floor after every record at or above it, so an unverified record never
+outranks a verified one, even when it is asked for (``include_unverified=True``).
 """
 
 from __future__ import annotations
