@@ -175,3 +175,20 @@ async def test_keyword_statistics_are_per_user(tmp_path: Path) -> None:
     await st.forget(rec.candidates[0].id, user_id="small")
     assert st.ledger.doc_freq("small", ["zebra"]) == {"zebra": 0}
     await st.close()
+
+
+async def test_supersede_sees_the_other_writers_latest_commit(tmp_path: Path) -> None:
+    """Store ``a``'s index has not seen ``b``'s newest version when ``a`` writes again: the
+    decision is still taken on the committed state (inside the write transaction)."""
+    s = MemorySettings(threshold=0.3, supersede_similarity=0.4)
+    a = AsyncMemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(), settings=s)
+    b = AsyncMemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(), settings=s)
+    await a.open()
+    await b.open()
+    first = await a.add("Project alpha status is red", user_id="u1")
+    second = await b.add("Project alpha status is green", user_id="u1")
+    third = await a.add("Project alpha status is blocked", user_id="u1")
+    assert [r.id for r in await a.list(user_id="u1")] == [third]
+    assert [r.id for r in await a.history(third, user_id="u1")] == [first, second, third]
+    await a.close()
+    await b.close()
