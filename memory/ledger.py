@@ -116,8 +116,6 @@ class Ledger:
         decisions taken on them (duplicate, supersede) hold when the transaction commits."""
         return _Transaction(self._writer, self._write_lock)
 
-    _tx = write  # the name replica.py and older callers used
-
     def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
         """Insert records with their vectors in one transaction; returns (id, rowid)."""
         with self.write() as tx:
@@ -560,7 +558,7 @@ class Tx:
 
 
 class _Transaction:
-    """``with ledger._tx() as cur``: BEGIN IMMEDIATE under the write lock, COMMIT or ROLLBACK."""
+    """``with ledger.write() as tx``: BEGIN IMMEDIATE under the write lock, COMMIT or ROLLBACK."""
 
     def __init__(self, conn: sqlite3.Connection, lock: threading.Lock) -> None:
         self._conn = conn

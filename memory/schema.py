@@ -176,7 +176,3 @@ def placeholders(n: int) -> str:
 def event_from_row(row: Sequence[Any]) -> TrustEvent:
     kind: EventKind = row[1]
     return TrustEvent(ts=float(row[0]), kind=kind, detail=str(row[2]))
-
-
-def dumps_evidence(evidence: Sequence[str]) -> str:
-    return json.dumps(list(evidence))

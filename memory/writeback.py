@@ -20,7 +20,6 @@ stored or sent to the model. This module only plans (pure functions, no I/O);
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -42,8 +41,6 @@ __all__ = [
 ]
 
 ProposalKind = Literal["explicit", "correction", "conclusion", "observation", "distilled", "forget"]
-
-logger = logging.getLogger(__name__)
 
 # --- fingerprints ------------------------------------------------------------------------
 

@@ -71,9 +71,9 @@ async def test_isolation_with_real_embeddings(tmp_path: Path, minilm: MiniLMEmbe
         for rid in await st.add_many(texts, user_id=f"u{u}", check_conflicts=False):
             owner[rid] = f"u{u}"
     for _ in range(300):
-        u = f"u{rng.randrange(10)}"
-        rec = await st.recall(rng.choice(FACTS)[0], user_id=u, budget_tokens=5000)
-        assert rec.candidates and all(owner[c.id] == u for c in rec.candidates)
+        user = f"u{rng.randrange(10)}"
+        rec = await st.recall(rng.choice(FACTS)[0], user_id=user, budget_tokens=5000)
+        assert rec.candidates and all(owner[c.id] == user for c in rec.candidates)
     await st.close()
 
 
