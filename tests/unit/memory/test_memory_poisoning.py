@@ -200,9 +200,11 @@ async def test_poisoned_conclusions_never_pass_as_facts(real_store: AsyncMemoryS
             outranked += 1
             failures.append(f"{i}: poison outranks the verified record: {order}")
         lines = [ln for ln in full.block.splitlines() if poison in ln]
-        assert len(lines) == 1 and "| unverified]" in lines[0], (i, full.block)
         p = next(c for c in full.candidates if c.id == bad)
-        assert p.provenance == "unverified" and p.trust < st.settings.trust_floor
+        if len(lines) != 1 or "| unverified]" not in lines[0] or p.provenance != "unverified":
+            failures.append(f"{i}: poison not labelled unverified: {lines}")
+        if p.trust >= st.settings.trust_floor:
+            failures.append(f"{i}: poison trusted {p.trust:.2f}")
         # 3. it stays in the ledger and in list / history
         assert bad in {r.id for r in await st.list(user_id=user)}
     await st.close()
