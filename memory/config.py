@@ -82,7 +82,8 @@ class MemorySettings(BaseSettings):
         description="Most postings (sum of term document frequencies) one keyword query ranks",
     )
     keyword_min_df_records: int = Field(
-        default=2_000, description="Below this many records no term is dropped for frequency"
+        default=200,
+        description="Below this many records of the user no term is dropped for frequency",
     )
 
     # --- gate 3: re-scoring --------------------------------------------------------------
