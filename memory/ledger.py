@@ -217,8 +217,11 @@ class Ledger:
             rows = tx.cur.execute(
                 "SELECT user_id, text FROM records WHERE superseded_by IS NULL"
             ).fetchall()
+            by_user: dict[str, list[str]] = {}
             for user_id, text in rows:
-                tx.count_terms(str(user_id), str(text), +1)
+                by_user.setdefault(str(user_id), []).append(str(text))
+            for uid, texts in by_user.items():
+                tx.count_terms(uid, texts, +1)
             tx.cur.execute(
                 "INSERT INTO meta(key, value) VALUES ('user_terms', '1') "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
@@ -456,15 +459,16 @@ class Tx:
         return {int(r[0]): row_to_record(r) for r in rows}
 
     # --- writes ----------------------------------------------------------------------------
-    def count_terms(self, user_id: str, text: str, delta: int) -> None:
+    def count_terms(self, user_id: str, texts: Sequence[str], delta: int) -> None:
         """Per-user keyword document frequencies (so pruning never sees other users)."""
-        terms = doc_terms(text)
-        if not terms:
-            return
+        counts: dict[str, int] = {}
+        for terms in doc_terms(texts):
+            for t in terms:
+                counts[t] = counts.get(t, 0) + delta
         self.cur.executemany(
             "INSERT INTO user_terms(user_id, term, df) VALUES (?, ?, max(?, 0)) "
             "ON CONFLICT(user_id, term) DO UPDATE SET df = max(df + ?, 0)",
-            [(user_id, t, delta, delta) for t in terms],
+            [(user_id, t, d, d) for t, d in counts.items()],
         )
 
     def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
@@ -504,8 +508,12 @@ class Tx:
                 "INSERT INTO changes(op, rowid, user_id) VALUES ('add', ?, ?)",
                 (rowid, rec.scope.user_id),
             )
-            self.count_terms(rec.scope.user_id, rec.text, +1)
             out.append((rec.id, rowid))
+        by_user: dict[str, list[str]] = {}
+        for rec in records:
+            by_user.setdefault(rec.scope.user_id, []).append(rec.text)
+        for user_id, texts in by_user.items():
+            self.count_terms(user_id, texts, +1)
         return out
 
     def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
@@ -516,7 +524,7 @@ class Tx:
             "INSERT INTO changes(op, rowid, user_id) VALUES ('del', ?, ?)",
             (old.rowid, old.user_id),
         )
-        self.count_terms(old.user_id, old.text, -1)
+        self.count_terms(old.user_id, [old.text], -1)
         self.event(old.id, "contradicted", detail or f"superseded by {new_id_}")
 
     def delete(self, records: Iterable[Record]) -> int:
@@ -530,7 +538,7 @@ class Tx:
                     "INSERT INTO changes(op, rowid, user_id) VALUES ('del', ?, ?)",
                     (rec.rowid, rec.user_id),
                 )
-                self.count_terms(rec.user_id, rec.text, -1)
+                self.count_terms(rec.user_id, [rec.text], -1)
             n += 1
         return n
 

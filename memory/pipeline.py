@@ -104,19 +104,26 @@ def stem_terms(terms: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def doc_terms(text: str) -> set[str]:
-    """The distinct terms FTS5's ``porter unicode61`` tokenizer indexes ``text`` under (the
-    per-user keyword statistics count these)."""
+def doc_terms(texts: Sequence[str], *, chunk: int = 500) -> list[set[str]]:
+    """The distinct terms FTS5's ``porter unicode61`` tokenizer indexes each text under (the
+    per-user keyword statistics count these); tokenized in batches through a private
+    in-memory FTS5 table, about 50 us per text."""
     conn: sqlite3.Connection | None = getattr(_stemmer, "doc", None)
     if conn is None:
         conn = sqlite3.connect(":memory:", check_same_thread=False)
-        conn.execute("CREATE VIRTUAL TABLE d USING fts5(t, tokenize='porter unicode61')")
-        conn.execute("CREATE VIRTUAL TABLE dv USING fts5vocab(d, 'row')")
+        conn.execute(
+            "CREATE VIRTUAL TABLE d USING fts5(t, tokenize='porter unicode61', detail=none)"
+        )
+        conn.execute("CREATE VIRTUAL TABLE dv USING fts5vocab(d, 'instance')")
         _stemmer.doc = conn
-    conn.execute("INSERT INTO d(rowid, t) VALUES (1, ?)", (text,))
-    terms = {str(r[0]) for r in conn.execute("SELECT term FROM dv")}
-    conn.execute("DELETE FROM d")
-    return terms
+    out: list[set[str]] = [set() for _ in texts]
+    for start in range(0, len(texts), chunk):
+        part = texts[start : start + chunk]
+        conn.executemany("INSERT INTO d(rowid, t) VALUES (?, ?)", list(enumerate(part, 1)))
+        for doc, term in conn.execute("SELECT doc, term FROM dv"):
+            out[start + int(doc) - 1].add(str(term))
+        conn.execute("DELETE FROM d")
+    return out
 
 
 def prune_terms(
