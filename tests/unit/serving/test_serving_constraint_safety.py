@@ -329,6 +329,10 @@ async def test_many_tools_compile_off_the_loop() -> None:
     async def compile_all() -> int:
         return len([await cache.get(s, what=f"tools[{i}]") for i, s in enumerate(schemas)])
 
+    started = time.perf_counter()
     lag, outcome = await max_loop_lag(compile_all())
+    elapsed = time.perf_counter() - started
     assert outcome == 1000
-    assert lag < 0.3  # compiled on the loop: the whole batch (over a second) was one stall
+    # Compiled on the loop, the whole batch (over a second) was one stall: lag == elapsed.
+    # Relative, so a loaded machine slowing both does not fail it.
+    assert lag < max(0.3, elapsed / 4), (lag, elapsed)
