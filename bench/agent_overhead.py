@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import tempfile
@@ -74,7 +75,7 @@ async def per_step(history: int, measure: int, trace_dir: Path) -> dict[str, Any
     async for step in agent.steps("look up many keys"):
         if isinstance(step, ModelStep):
             marks.append((time.perf_counter(), time.process_time()))
-    pairs = list(zip(marks, marks[1:], strict=False))[history - 1 : history - 1 + measure]
+    pairs = list(itertools.pairwise(marks))[history - 1 : history - 1 + measure]
     wall = [(b[0] - a[0]) * 1e3 for a, b in pairs]
     cpu = [(b[1] - a[1]) * 1e3 for a, b in pairs]
     # baselines: the same request (history included) through the same client + fake server,
