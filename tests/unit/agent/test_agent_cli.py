@@ -78,3 +78,29 @@ def test_endpoint_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOOPSTACK_BASE_URL", "http://l/v1/")
     assert resolve_base_url() == "http://l/v1"
     assert resolve_base_url("http://x/v1") == "http://x/v1"
+
+
+def test_chat_streams_answers_and_keeps_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "tools.py"
+    f.write_text(TOOLS)
+    model = ScriptedModel(
+        [call("get_weather", city="Paris")], answer=lambda body: 'It is 18 "C" in Paris.'
+    )
+    monkeypatch.setattr(cli, "AsyncOpenAI", lambda **kw: model.client())
+    res = CliRunner().invoke(
+        cli.app,
+        ["chat", "--tools", str(f), "--no-memory"],
+        input="Weather in Paris?\nAnd tomorrow?\n\n",
+    )
+    assert res.exit_code == 0, res.output
+    assert res.stdout.count('It is 18 "C" in Paris.') == 2  # streamed, decoded
+    finals = [r for r in model.requests if r.get("response_format")]
+    assert all(r["stream"] for r in finals)
+    # the second turn sees the first turn's history
+    second = model.chat_requests[-1]["messages"]
+    assert [m["content"] for m in second if m["role"] == "user"] == [
+        "Weather in Paris?",
+        "And tomorrow?",
+    ]
