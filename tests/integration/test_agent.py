@@ -58,12 +58,14 @@ def test_agent_run_json_contract(server: Server, tmp_path: Path) -> None:
             "--base-url",
             server.base_url + "/v1",
             "--no-memory",
+            "--timeout",
+            "500",
             "--json",
         ],
         env=env,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=600,  # ~20 s on an idle machine; the shared server may be busy
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

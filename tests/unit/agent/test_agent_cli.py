@@ -104,3 +104,36 @@ def test_chat_streams_answers_and_keeps_history(
         "Weather in Paris?",
         "And tomorrow?",
     ]
+
+
+def test_run_with_memory_per_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPSTACK_MEMORY_EMBEDDER", "hashing")
+    monkeypatch.setenv("LOOPSTACK_MEMORY_THRESHOLD", "0.2")
+    f = tmp_path / "tools.py"
+    f.write_text(TOOLS)
+    first = ScriptedModel([call("get_weather", city="Oslo")], answer="Noted.")
+    res = run_cli(
+        monkeypatch,
+        first,
+        "Remember that my locker code is 4417.",
+        "--tools",
+        str(f),
+        "--user",
+        "ana",
+        "--json",
+        "--memory-tools",
+    )
+    assert res.exit_code == 0, res.output
+    offered = {t["function"]["name"] for t in first.chat_requests[0]["tools"]}
+    assert offered == {"get_weather", "recall_memory", "save_memory"}
+    second = ScriptedModel([call("get_weather", city="Oslo")], answer="4417")
+    run_cli(
+        monkeypatch, second, "What is my locker code?", "--tools", str(f), "--user", "ana", "--json"
+    )
+    assert "4417" in second.requests[0]["messages"][0]["content"]
+    assert len(second.chat_requests[0]["tools"]) == 1
+    other = ScriptedModel([call("get_weather", city="Oslo")], answer="?")
+    run_cli(
+        monkeypatch, other, "What is my locker code?", "--tools", str(f), "--user", "bob", "--json"
+    )
+    assert "4417" not in other.requests[0]["messages"][0]["content"]
