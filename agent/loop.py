@@ -166,6 +166,11 @@ class Agent:
             try:
                 step, message = await self._decide(state)
             except AgentError as exc:
+                if state.elapsed() >= self.limits.wall_clock_s:  # the request hit the limit
+                    detail = f"{state.elapsed():.1f} s elapsed during a model request"
+                    yield LimitStep(state.step, self._tid(state), "wall_clock", detail)
+                    yield await self._finish(state, "wall_clock", detail=detail)
+                    break
                 yield ErrorStep(state.step, self._tid(state), exc.message)
                 yield await self._finish(state, "model_error", detail=exc.message)
                 break
@@ -211,6 +216,10 @@ class Agent:
             return "wall_clock", f"{state.elapsed():.1f} s elapsed (limit {lim.wall_clock_s:g} s)"
         return None
 
+    def _remaining(self, state: AgentState, *, floor: float) -> float:
+        """Seconds left on the wall clock (at least ``floor``)."""
+        return max(floor, self.limits.wall_clock_s - state.elapsed())
+
     def _tid(self, state: AgentState, suffix: str = "") -> str:
         return f"{state.run_id}.{state.step}{suffix}"
 
@@ -227,6 +236,7 @@ class Agent:
             tid,
             messages=build_messages(state),
             max_tokens=self.limits.step_max_tokens,
+            timeout=self._remaining(state, floor=1.0),
             **kw,
         )
         latency = time.perf_counter() - t0
@@ -318,7 +328,8 @@ class Agent:
                 raise ToolNotAllowed(f"tool {name!r} is not available in this run")
             args = self.tools.validate(name, call["function"]["arguments"])
             await self._approve(state, name, args)
-            result = await self.tools.execute(name, args, timeout_s=self.limits.tool_timeout_s)
+            timeout = min(self.limits.tool_timeout_s, self._remaining(state, floor=0.05))
+            result = await self.tools.execute(name, args, timeout_s=timeout)
         except (ToolNotAllowed, ToolArgumentsError, ToolDenied) as exc:
             result = ToolResult("error", error=error_body(exc))
         return self._observe(state, call, i, args, result, time.perf_counter() - t0)

@@ -250,3 +250,22 @@ async def test_trace_file_lines() -> None:
     assert m["completion_tokens"] == 10
     assert t["name"] == "weather" and t["arguments"] == {"city": "Paris"}
     assert t["status"] == "ok" and t["result_chars"] > 0 and "Paris" in t["result_summary"]
+
+
+async def test_wall_clock_bounds_a_hanging_tool() -> None:
+    async def hang(x: str) -> str:
+        """Hangs.
+
+        Args:
+            x: anything
+        """
+        await asyncio.sleep(30)
+        return x
+
+    model = ScriptedModel([call("hang", x="a")])
+    t0 = time.perf_counter()
+    limits = Limits(wall_clock_s=0.4, tool_timeout_s=30)
+    res = await make(model, hang, limits=limits).run("hang")
+    assert time.perf_counter() - t0 < 2
+    assert (res.status, res.reason) == ("budget", "wall_clock")
+    assert res.tool_calls[0]["status"] == "error"
