@@ -267,6 +267,8 @@ class Agent:
         return step, message
 
     async def _chat(self, trace_id: str, **kw: Any) -> Any:
+        """One request; ``x-request-id`` joins the server's log lines to the trace and
+        ``x-session-id`` (the run id) keeps a run on the replica holding its prefix cache."""
         # messages and tools are plain JSON already: they travel in extra_body, which the
         # client sends as is, instead of through its per-request type transform, whose cost
         # grows with the history (~30 ms a step at 50 steps; see bench/agent_overhead.py).
@@ -276,7 +278,7 @@ class Agent:
                 model=self.model,
                 messages=[],
                 temperature=0,
-                extra_headers={"x-request-id": trace_id},
+                extra_headers={"x-request-id": trace_id, "x-session-id": trace_id.split(".")[0]},
                 extra_body=plain,
                 **kw,
             )

@@ -235,6 +235,7 @@ async def test_each_model_call_carries_its_trace_id_as_request_id() -> None:
     ids = [h["x-request-id"] for h in model.headers]
     steps = [s.trace_id for s in res.history if isinstance(s, ModelStep)]
     assert ids[: len(steps)] == steps and all(i.startswith(res.run_id) for i in ids)
+    assert {h["x-session-id"] for h in model.headers} == {res.run_id}
 
 
 async def test_trace_file_lines() -> None:
