@@ -117,6 +117,7 @@ async def build_agent(
             approver=approver,
             memory=link,
             text_answers=settings.text_answers,
+            tool_nudge=settings.tool_nudge,
             otel_endpoint=settings.otel_endpoint,
         )
         if settings.tokenizer:

@@ -4,7 +4,8 @@ Each step: check the guardrails, compact the context if it grew past the thresho
 the model (with the allowed tools, ``tool_choice="auto"``), and execute the calls it returns
 on the host, independent calls concurrently. The assistant message with ``tool_calls``
 stays in the history; each result goes back as ``role: tool`` with its ``tool_call_id`` and
-the JSON of a `ToolResult`, marked untrusted.
+the JSON of a `ToolResult`, marked untrusted. A text reply before any tool was called (with
+no memory block to answer from) is asked once more with ``tool_choice="required"``.
 
 The run ends with a final answer. Small models (the CPU default Qwen 0.5B) call the same
 tool again after its result instead of answering; a repeated identical call is not executed
@@ -83,6 +84,7 @@ class Agent:
         trace_dir: Path | None = None,
         otel_endpoint: str | None = None,
         on_text: Callable[[str], None] | None = None,
+        tool_nudge: bool = True,
     ) -> None:
         self.client = client
         self.model = model
@@ -98,6 +100,9 @@ class Agent:
         self.trace_dir = trace_dir
         self.otel_endpoint = otel_endpoint
         self.on_text = on_text  # streams the final answer (chat)
+        # a text reply before any tool call (and without a memory block to answer from) is
+        # asked once more with tool_choice="required": small models guess instead of looking
+        self.tool_nudge = tool_nudge
         self._approval_lock = asyncio.Lock()
         self.last_trace_path: Path | None = None
 
@@ -151,7 +156,7 @@ class Agent:
             except Exception as exc:  # memory is a help, never a reason to fail the run
                 logger.warning("memory recall failed: %s", exc)
         seen: dict[str, Observation] = {o_sig(o): o for o in state.observations}
-        counted_upto, idle = 0, 0
+        counted_upto, idle, nudged = 0, 0, False
         while True:
             limit = self._limit(state)
             if limit is not None:
@@ -164,7 +169,7 @@ class Agent:
                 counted_upto = len(state.messages)
             state.step += 1
             try:
-                step, message = await self._decide(state)
+                step, message = await self._decide(state, required=nudged and not state.tool_calls)
             except AgentError as exc:
                 if state.elapsed() >= self.limits.wall_clock_s:  # the request hit the limit
                     detail = f"{state.elapsed():.1f} s elapsed during a model request"
@@ -177,6 +182,11 @@ class Agent:
             counted_upto = len(state.messages)
             yield step
             if step.decision == "answer":
+                if self._nudge(state, nudged):
+                    # answered from nothing while tools were there to look it up: once,
+                    # ask again with a call required (the text reply is dropped)
+                    nudged = True
+                    continue
                 yield await self._finish(state, "answer", text=step.text)
                 break
             calls = message["tool_calls"]
@@ -225,12 +235,24 @@ class Agent:
 
     # --- the model -----------------------------------------------------------------------
 
-    async def _decide(self, state: AgentState) -> tuple[ModelStep, dict[str, Any]]:
+    def _nudge(self, state: AgentState, nudged: bool) -> bool:
+        """Whether a text reply should be retried with ``tool_choice="required"``."""
+        return (
+            self.tool_nudge
+            and not nudged
+            and state.tool_calls == 0
+            and not state.memory_block
+            and bool(self.allow & set(self.tools.names()))
+        )
+
+    async def _decide(
+        self, state: AgentState, *, required: bool = False
+    ) -> tuple[ModelStep, dict[str, Any]]:
         tid = self._tid(state)
         tools = self.tools.openai_tools(self.allow)
         kw: dict[str, Any] = {}
         if tools:
-            kw = {"tools": tools, "tool_choice": "auto"}
+            kw = {"tools": tools, "tool_choice": "required" if required else "auto"}
         t0 = time.perf_counter()
         resp = await self._chat(
             tid,

@@ -85,11 +85,27 @@ async def test_independent_calls_run_concurrently() -> None:
 
 async def test_text_reply_triggers_forced_answer_or_is_accepted() -> None:
     model = ScriptedModel([text("it is sunny")], answer="forced")
-    res = await make(model).run("q")
+    res = await make(model, tool_nudge=False).run("q")
     assert (res.status, res.reason, res.answer) == ("done", "answer", "forced")
     model2 = ScriptedModel([text("it is sunny")])
-    res2 = await make(model2, text_answers="accept").run("q")
+    res2 = await make(model2, text_answers="accept", tool_nudge=False).run("q")
     assert res2.answer == "it is sunny" and len(model2.requests) == 1
+
+
+async def test_text_before_any_tool_call_is_retried_with_a_call_required() -> None:
+    model = ScriptedModel(
+        [text("probably sunny"), call("weather", city="Paris")], answer="18 in Paris"
+    )
+    res = await make(model).run("Weather in Paris?")
+    assert [r["tool_choice"] for r in model.chat_requests] == ["auto", "required", "auto"]
+    assert res.tool_calls == [{"name": "weather", "arguments": {"city": "Paris"}, "status": "ok"}]
+    assert res.answer == "18 in Paris"
+    assert "probably sunny" not in str(model.chat_requests[1]["messages"])  # guess dropped
+    # only once: a second text reply is the answer
+    model2 = ScriptedModel([text("hello")], answer="Hello!")
+    res2 = await make(model2).run("hi")
+    assert [r["tool_choice"] for r in model2.chat_requests] == ["auto", "required"]
+    assert res2.answer == "Hello!" and res2.tool_calls == []
 
 
 async def test_max_steps_ends_with_status_and_best_effort_answer() -> None:
