@@ -38,7 +38,14 @@ from agent.context import (
     render_messages,
     tool_facts_of,
 )
-from agent.exceptions import AgentError, ToolArgumentsError, ToolDenied, ToolNotAllowed, error_body
+from agent.exceptions import (
+    AgentError,
+    ModelError,
+    ToolArgumentsError,
+    ToolDenied,
+    ToolNotAllowed,
+    error_body,
+)
 from agent.guard import ApprovalRequest, Approver, ask, call_signature, suspicious_call
 from agent.protocols import MemoryLink, ToolResult
 from agent.settings import Limits
@@ -258,7 +265,7 @@ class Agent:
             tid,
             messages=build_messages(state),
             max_tokens=self.limits.step_max_tokens,
-            timeout=self._remaining(state, floor=1.0),
+            deadline=self._remaining(state, floor=0.5),
             **kw,
         )
         latency = time.perf_counter() - t0
@@ -288,22 +295,27 @@ class Agent:
         )
         return step, message
 
-    async def _chat(self, trace_id: str, **kw: Any) -> Any:
+    async def _chat(self, trace_id: str, *, deadline: float | None = None, **kw: Any) -> Any:
         """One request; ``x-request-id`` joins the server's log lines to the trace and
-        ``x-session-id`` (the run id) keeps a run on the replica holding its prefix cache."""
+        ``x-session-id`` (the run id) keeps a run on the replica holding its prefix cache.
+        ``deadline`` (seconds) bounds the request *with* the client's retries: cancelling it
+        closes the connection, which aborts the generation on the server."""
         # messages and tools are plain JSON already: they travel in extra_body, which the
         # client sends as is, instead of through its per-request type transform, whose cost
         # grows with the history (~30 ms a step at 50 steps; see bench/agent_overhead.py).
         plain = {k: kw.pop(k) for k in ("messages", "tools") if k in kw}
+        request = self.client.chat.completions.create(
+            model=self.model,
+            messages=[],
+            temperature=0,
+            extra_headers={"x-request-id": trace_id, "x-session-id": trace_id.split(".")[0]},
+            extra_body=plain,
+            **kw,
+        )
         try:
-            return await self.client.chat.completions.create(
-                model=self.model,
-                messages=[],
-                temperature=0,
-                extra_headers={"x-request-id": trace_id, "x-session-id": trace_id.split(".")[0]},
-                extra_body=plain,
-                **kw,
-            )
+            return await asyncio.wait_for(request, deadline)
+        except TimeoutError as exc:
+            raise ModelError(f"no reply within the run's remaining {deadline:.1f} s") from exc
         except openai.APIError as exc:
             raise _model_error(exc) from exc
 
@@ -435,6 +447,7 @@ class Agent:
             try:
                 resp = await self._chat(
                     self._tid(state, ".compact"),
+                    deadline=self._remaining(state, floor=0.5),
                     messages=[
                         {
                             "role": "system",
@@ -475,8 +488,12 @@ class Agent:
             answer = final_answer.from_observations(state, reason, detail)
         else:
             try:
-                answer, prompt, completion = await final_answer.request(self, state, reason)
+                answer, prompt, completion = await final_answer.request(
+                    self, state, reason, deadline=self._remaining(state, floor=0.5)
+                )
             except AgentError as exc:
+                if state.elapsed() >= self.limits.wall_clock_s:
+                    reason, status = "wall_clock", STATUS_OF["wall_clock"]
                 answer = text.strip() or final_answer.from_observations(state, reason, exc.message)
         if reason == "answer" and not answer:
             answer = text.strip()
@@ -537,7 +554,5 @@ def _summary(result: ToolResult) -> str:
 
 
 def _model_error(exc: openai.APIError) -> AgentError:
-    from agent.exceptions import ModelError
-
     status = getattr(exc, "status_code", None)
     return ModelError(f"endpoint error{f' {status}' if status else ''}: {exc.message}")

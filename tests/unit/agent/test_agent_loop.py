@@ -286,3 +286,27 @@ async def test_wall_clock_bounds_a_hanging_tool() -> None:
     assert time.perf_counter() - t0 < 2
     assert (res.status, res.reason) == ("budget", "wall_clock")
     assert res.tool_calls[0]["status"] == "error"
+
+
+async def test_wall_clock_bounds_a_slow_model_despite_client_retries() -> None:
+    import httpx2
+    from openai import AsyncOpenAI
+
+    model = ScriptedModel([call("weather", city="Paris")])
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        await asyncio.sleep(10)
+        return model(request)
+
+    client = AsyncOpenAI(
+        base_url="http://scripted/v1",
+        api_key="k",
+        max_retries=2,  # retries must not stretch the run past its wall clock
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(slow)),
+    )
+    agent = Agent(client, "m", ToolRegistry([weather]), limits=Limits(wall_clock_s=0.5))
+    t0 = time.perf_counter()
+    res = await agent.run("q")
+    assert time.perf_counter() - t0 < 2
+    assert (res.status, res.reason) == ("budget", "wall_clock")
+    assert any(isinstance(s, LimitStep) and s.reason == "wall_clock" for s in res.history)
