@@ -41,7 +41,8 @@ async def test_fact_from_one_run_is_recalled_in_the_next(tmp_path: Path) -> None
 async def test_memory_tools_satisfy_the_tool_protocol(tmp_path: Path) -> None:
     st = await store(tmp_path).open()
     try:
-        tools = memory_tools(st, user_id="ana")
+        # The host vouches that the user said it (memory trusts no model's claim of that).
+        tools = memory_tools(st, user_id="ana", confirm_user_said=lambda _text: True)
         assert [t.name for t in tools] == ["recall_memory", "save_memory"]
         assert all(isinstance(t, Tool) and not t.dangerous for t in tools)
         reg = ToolRegistry(tools)
