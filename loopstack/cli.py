@@ -44,9 +44,16 @@ def prepare_model(model: str | None = typer.Option(None)) -> None:
 
 
 def _mount(module: str, name: str) -> None:
+    """Add `module`'s Typer app as sub-command `name`, or skip it when that part of the stack
+    is absent. Only the sub-package's own module missing is a reason to skip: any other import
+    error inside it (a missing dependency, a typo) is a bug and is raised, not hidden."""
     try:
         sub = importlib.import_module(module).app
-    except (ImportError, AttributeError):  # that part of the stack is not installed/built
+    except ModuleNotFoundError as exc:
+        package = module.partition(".")[0]
+        if exc.name not in {module, package}:
+            raise
+        logger.debug("sub-command %s not available: %s", name, exc)
         return
     app.add_typer(sub, name=name)
 
