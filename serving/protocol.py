@@ -78,17 +78,10 @@ class _Request(_Open):
 
 
 class FunctionDef(_Open):
-    name: str
+    name: str = Field(pattern=_TOOL_NAME.pattern)
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _TOOL_NAME.match(v):
-            raise ValueError("function name must match ^[a-zA-Z0-9_-]{1,64}$")
-        return v
 
 
 class ToolDef(_Open):
@@ -135,6 +128,17 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
 class Message(_Open):
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={  # what `_tool_needs_id` checks, told to clients and fuzzers
+            "if": {"properties": {"role": {"const": "tool"}}, "required": ["role"]},
+            "then": {
+                "required": ["tool_call_id"],
+                "properties": {"tool_call_id": {"type": "string", "minLength": 1}},
+            },
+        },
+    )
+
     role: Role
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
