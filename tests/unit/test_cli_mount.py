@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from loopstack import cli
 
@@ -21,6 +22,7 @@ def _package(tmp_path: Path, name: str, body: str) -> None:
 @pytest.fixture
 def fresh_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> typer.Typer:
     app = typer.Typer()
+    app.command("serve")(lambda: typer.echo("serving"))
     monkeypatch.setattr(cli, "app", app)
     monkeypatch.syspath_prepend(str(tmp_path))
     return app
@@ -28,7 +30,7 @@ def fresh_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> typer.Typer:
 
 def test_a_missing_sub_package_is_skipped(fresh_app: typer.Typer) -> None:
     cli._mount("no_such_part_xyz.cli", "nothing")
-    assert fresh_app.registered_groups == []
+    assert fresh_app.registered_groups == [] and len(fresh_app.registered_commands) == 1
 
 
 def test_a_present_sub_package_is_mounted(fresh_app: typer.Typer, tmp_path: Path) -> None:
@@ -51,8 +53,12 @@ def test_a_broken_sub_package_is_not_hidden(
     name = f"brokenpart_{error.__name__.lower()}"
     _package(tmp_path, name, body)
     try:
-        with pytest.raises(error):
-            cli._mount(f"{name}.cli", "broken")
+        cli._mount(f"{name}.cli", "broken")
     finally:
         sys.modules.pop(f"{name}.cli", None)
         sys.modules.pop(name, None)
+    runner = CliRunner()
+    result = runner.invoke(fresh_app, ["broken", "run", "--flag", "x"])
+    assert result.exit_code != 0 and isinstance(result.exception, error), result.output
+    ok = runner.invoke(fresh_app, ["serve"])  # the rest of the CLI still works
+    assert ok.exit_code == 0 and "serving" in ok.output
