@@ -59,12 +59,13 @@ class EmbeddingService:
 
     async def create(self, req: EmbeddingRequest, texts: list[str]) -> dict[str, Any]:
         """Embed `texts` (the request's inputs, checked and cut by `serving.limits`)."""
+        if req.dimensions is not None:  # refused before any encoding work
+            model = await asyncio.to_thread(self._load)
+            size = int(model.get_sentence_embedding_dimension() or 0)
+            if size and req.dimensions > size:
+                raise InvalidRequest(f"dimensions must be between 1 and {size}", param="dimensions")
         vectors, tokens = await asyncio.to_thread(self._encode, texts)
         if req.dimensions is not None:
-            if not 0 < req.dimensions <= vectors.shape[1]:
-                raise InvalidRequest(
-                    f"dimensions must be between 1 and {vectors.shape[1]}", param="dimensions"
-                )
             vectors = vectors[:, : req.dimensions]
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
         data = []

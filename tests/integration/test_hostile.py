@@ -308,23 +308,17 @@ def test_unknown_paths_do_not_grow_metrics(server: Server, watch: HealthWatch) -
 
 
 # --------------------------------------------------------------------------- constraints
-def test_schema_classes_fixed_elsewhere(server: Server, watch: HealthWatch) -> None:
-    """Schema size / depth / $ref classes that must be 400 (harden-constraints' part)."""
-    client = server.client(timeout=120)
-    for what, params in [("ref-chain-300", ref_chain(300)), ("deep-100", deep_schema(100))]:
-        try:
-            client.chat.completions.create(
-                model=server.model, messages=USER, max_tokens=4,
-                tools=[tool(params=params)], tool_choice="required",  # type: ignore[list-item]
-            )  # fmt: skip
-            status = 200
-        except openai.APIStatusError as exc:
-            status = exc.status_code
-        record(what, status)
-        assert status < 500, what
+@NOT_RUN
+@pytest.mark.parametrize(
+    "params", [ref_chain(300), deep_schema(100)], ids=["ref-chain-300", "schema-100-levels"]
+)
+def test_deep_schemas_are_400(server: Server, watch: HealthWatch, params: Any) -> None:
+    """Schema depth / $ref chains under the edge's nesting bound: the schema limits' part."""
+    r = send(server, CHAT, chat(server.model, tools=[tool(params=params)], tool_choice="required"))
+    check_4xx(r, "deep-schema")
 
 
-@XFAIL
+@NOT_RUN  # without the fix: 502 after three generations, over a minute each
 @pytest.mark.parametrize(
     "params",
     [
