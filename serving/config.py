@@ -86,5 +86,25 @@ class ServerSettings(BaseSettings):
         "(off the event loop); past it the output counts as invalid.",
     )
 
+    # -- limits at the HTTP edge (serving.limits); beyond each: an OpenAI-style 4xx ---------
+    max_request_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body in bytes; larger: 413, refused while reading.",
+    )
+    max_messages: int = Field(default=2048, ge=1, description="Messages per chat request.")
+    max_tools: int = Field(default=128, ge=1, description="Tools per chat request.")
+    max_stop: int = Field(default=16, ge=1, description="Stop sequences per request.")
+    max_prompts: int = Field(default=64, ge=1, description="Prompts per /v1/completions call.")
+    max_embedding_inputs: int = Field(
+        default=2048, ge=1, description="Inputs per /v1/embeddings request."
+    )
+    max_embedding_input_chars: int = Field(
+        default=8192,
+        ge=1,
+        description="Each embedding input is cut to this many characters (the model reads "
+        "only its first 256 tokens).",
+    )
+
     def engine_port_resolved(self) -> int:
         return self.engine_port if self.engine_port is not None else self.port + 1

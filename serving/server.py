@@ -20,6 +20,7 @@ from serving.config import ServerSettings
 from serving.embeddings import EmbeddingService
 from serving.engine import VLLMEngine
 from serving.hardware import default_model, detect_hardware, vllm_launch
+from serving.limits import Limits
 from serving.metrics import Metrics
 from serving.model_store import resolve_model
 from serving.prompt import PromptBuilder
@@ -97,6 +98,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
         model_name=name,
         api_key=settings.api_key,
         max_model_len=launch.max_model_len,
+        limits=Limits(
+            max_request_bytes=settings.max_request_bytes,
+            max_messages=settings.max_messages,
+            max_tools=settings.max_tools,
+            max_stop=settings.max_stop,
+            max_prompts=settings.max_prompts,
+            max_embedding_inputs=settings.max_embedding_inputs,
+            max_embedding_input_chars=settings.max_embedding_input_chars,
+        ),
     )
 
     @contextlib.asynccontextmanager
