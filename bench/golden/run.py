@@ -37,6 +37,7 @@ class TaskResult:
     passed: bool
     reasons: list[str]
     status: str
+    reason: str  # the CLI's own word for why the run ended (done, max_steps, model_error...)
     steps: int
     prompt_tokens: int
     completion_tokens: int
@@ -61,7 +62,7 @@ def parse_last_json(stdout: str) -> dict[str, Any] | None:
 
 
 def trace_stats(path: str) -> dict[str, int]:
-    """Tokens and tool errors from a run's JSONL trace (``type`` model / tool lines)."""
+    """Tokens and tool errors from a run's JSONL trace (``type`` model, final, tool lines)."""
     stats = {"prompt_tokens": 0, "completion_tokens": 0, "tool_errors": 0, "model_calls": 0}
     if not path or not Path(path).is_file():
         return stats
@@ -72,8 +73,8 @@ def trace_stats(path: str) -> dict[str, int]:
             continue
         if not isinstance(event, dict):
             continue
-        if event.get("type") == "model":
-            stats["model_calls"] += 1
+        if event.get("type") in ("model", "final"):  # final: the forced-answer request
+            stats["model_calls"] += event.get("type") == "model"
             stats["prompt_tokens"] += int(event.get("prompt_tokens") or 0)
             stats["completion_tokens"] += int(event.get("completion_tokens") or 0)
         elif event.get("type") == "tool" and event.get("status") == "error":
@@ -150,6 +151,7 @@ async def run_task(
         passed=not reasons,
         reasons=reasons,
         status=outcome.status or "(none)",
+        reason=str((outcome.out or {}).get("reason") or ""),
         steps=int((outcome.out or {}).get("steps") or 0),
         tool_calls=len(outcome.tool_calls),
         elapsed_s=round(outcome.elapsed_s, 1),
@@ -219,9 +221,10 @@ def markdown(results: list[TaskResult], summary: dict[str, Any]) -> str:
     ]
     for r in results:
         cause = "; ".join(r.reasons).replace("|", "/").replace("\n", " ")[:140]
+        status = f"{r.status} ({r.reason})" if r.reason and r.reason != r.status else r.status
         rows.append(
             f"| {r.id}{' (fast)' if r.fast else ''} | {r.category} | {'yes' if r.passed else 'no'}"
-            f" | {r.status} | {r.steps} | {r.prompt_tokens}+{r.completion_tokens} | "
+            f" | {status} | {r.steps} | {r.prompt_tokens}+{r.completion_tokens} | "
             f"{r.tool_calls} | {r.tool_errors} | {r.elapsed_s:.0f} | {cause} |"
         )
     return "\n".join(rows) + "\n"

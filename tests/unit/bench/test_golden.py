@@ -176,6 +176,7 @@ def test_runner_parsing_and_trace_stats(tmp_path: Path) -> None:
         {"type": "model", "prompt_tokens": 100, "completion_tokens": 7},
         {"type": "tool", "name": "x", "status": "error"},
         {"type": "model", "prompt_tokens": 50, "completion_tokens": 3},
+        {"type": "final", "status": "done", "prompt_tokens": 20, "completion_tokens": 5},
     ]
     trace.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
     stats = runner.trace_stats(str(trace))
