@@ -181,8 +181,8 @@ def test_runner_parsing_and_trace_stats(tmp_path: Path) -> None:
     trace.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
     stats = runner.trace_stats(str(trace))
     assert stats == {
-        "prompt_tokens": 150,
-        "completion_tokens": 10,
+        "prompt_tokens": 170,
+        "completion_tokens": 15,
         "tool_errors": 1,
         "model_calls": 2,
     }
