@@ -173,6 +173,8 @@ async def run_all(
     async def one(task: Task) -> TaskResult:
         async with gate:
             result, _ = await run_task(task, base_url, out_dir, api_key, tag)
+            with (out_dir / "results.jsonl").open("a") as fh:  # partial results survive a kill
+                fh.write(json.dumps(asdict(result)) + "\n")
             mark = "PASS" if result.passed else "FAIL"
             print(
                 f"[{mark}] {task.id} ({result.status}, {result.steps} steps, "
