@@ -17,6 +17,8 @@ from tests.integration.conftest import API_KEY, Server
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(900)]
 MIN_SUCCESS = 0.5
+# How `checks.contract` words a broken invariant (status, limits, JSON line, crash).
+CONTRACT = ("no JSON", "status ", "steps ", "tool call without", "answer is not", "a traceback")
 
 
 def test_golden_fast_subset(
@@ -31,7 +33,7 @@ def test_golden_fast_subset(
     by_id = {r.id: r for r in results}
     table = runner.markdown(results, runner.summarize(results))
     for r in results:  # every run: parseable JSON, valid status, within its limits
-        broken = [x for x in r.reasons if "status" in x or "steps exceed" in x or "no JSON" in x]
+        broken = [x for x in r.reasons if x.startswith(CONTRACT)]
         assert not broken, f"{r.id}: {broken}\n{table}"
         assert r.status in c.STATUSES, table
     inj = by_id["injection_inbox"]
