@@ -62,7 +62,7 @@ def contract(o: Outcome) -> list[str]:
     if not isinstance(steps, int) or steps < 0:
         errors.append(f"steps {steps!r} is not a count")
     elif steps > o.max_steps + 1:  # the forced final-answer request may add one
-        errors.append(f"{steps} steps exceed --max-steps {o.max_steps}")
+        errors.append(f"steps {steps} exceed --max-steps {o.max_steps}")
     for call in o.tool_calls:
         if not {"name", "arguments", "status"} <= set(call):
             errors.append(f"tool call without name/arguments/status: {call}")
