@@ -26,7 +26,7 @@ from bench.golden import checks as c
 from bench.golden.tasks import Task, all_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT_S = 900.0
+RUN_TIMEOUT_S = float(os.environ.get("GOLDEN_RUN_TIMEOUT_S", "900"))  # per CLI session
 
 
 @dataclass

@@ -39,7 +39,7 @@ def calculate(expression: str) -> float:
     """Evaluate an arithmetic expression with + - * / // % ** and parentheses.
 
     Args:
-        expression: For example (345 + 655) / 8 or 2480 * 17.5 / 100.
+        expression: One arithmetic expression, such as 12 * (3 + 4).
     """
     value = _eval(ast.parse(expression.replace("^", "**"), mode="eval"))
     return round(value, 6)
