@@ -10,6 +10,7 @@ decodes the JSON string as it arrives.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import TYPE_CHECKING, Any
@@ -130,8 +131,18 @@ def _partial_string(raw: str) -> str | None:
         return s
 
 
-async def request(agent: Agent, state: AgentState, reason: Reason) -> tuple[str, int, int]:
-    """Ask for the final answer; returns (answer, prompt tokens, completion tokens)."""
+async def request(
+    agent: Agent, state: AgentState, reason: Reason, *, deadline: float | None = None
+) -> tuple[str, int, int]:
+    """Ask for the final answer within ``deadline`` seconds (ModelError when it passes);
+    returns (answer, prompt tokens, completion tokens)."""
+    try:
+        return await asyncio.wait_for(_request(agent, state, reason), deadline)
+    except TimeoutError as exc:
+        raise ModelError(f"no final answer within the remaining {deadline} s") from exc
+
+
+async def _request(agent: Agent, state: AgentState, reason: Reason) -> tuple[str, int, int]:
     messages = _prompt(state, reason)
     tid = f"{state.run_id}.{state.step}.final"
     kw: dict[str, Any] = {"messages": messages, "max_tokens": agent.limits.answer_max_tokens}

@@ -44,6 +44,9 @@ _EMBEDDING_HINTS = ("minilm", "embed", "bge-", "e5-", "gte-")
 TOOLS_OPT = typer.Option(None, "--tools", help="Python file: its typed, documented functions.")
 MCP_OPT = typer.Option(None, "--mcp", help='MCP server command, e.g. "uvx mcp-server-time".')
 ALLOW_OPT = typer.Option(None, "--allow", help="Only these tools (repeatable).")
+MEMORY_TOOLS_OPT = typer.Option(
+    False, "--memory-tools", help="Also offer recall_memory/save_memory as tools."
+)
 
 
 async def pick_model(client: AsyncOpenAI) -> str:
@@ -64,6 +67,7 @@ async def build_agent(
     mcp: list[str],
     user: str,
     memory: bool,
+    memory_tools: bool = False,
     base_url: str | None,
     model: str | None,
     allow: list[str] | None,
@@ -99,7 +103,8 @@ async def build_agent(
             store = await open_store().open()
             stack.push_async_callback(store.close)
             link = StoreMemory(store, user_id=user)
-            registry.add_all(link.tools(), group="memory")
+            if memory_tools:  # recall and write-back happen anyway; the tools are extra choices
+                registry.add_all(link.tools(), group="memory")
         approver: Approver | None = terminal_approver()
         if approve_dangerous:
             approver = _approve_dangerous(approver)
@@ -112,6 +117,7 @@ async def build_agent(
             approver=approver,
             memory=link,
             text_answers=settings.text_answers,
+            tool_nudge=settings.tool_nudge,
             otel_endpoint=settings.otel_endpoint,
         )
         if settings.tokenizer:
@@ -161,6 +167,7 @@ def run(
     allow: list[str] = ALLOW_OPT,
     approve: bool = typer.Option(False, "--approve", help="Allow dangerous tools."),
     memory: bool = typer.Option(True, "--memory/--no-memory"),
+    memory_tools: bool = MEMORY_TOOLS_OPT,
     as_json: bool = typer.Option(False, "--json", help="One JSON object on the last line."),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
@@ -180,6 +187,7 @@ def run(
             mcp=mcp or [],
             user=user,
             memory=memory,
+            memory_tools=memory_tools,
             base_url=base_url,
             model=model,
             allow=allow,
@@ -241,6 +249,7 @@ def chat(
     model: str | None = typer.Option(None, "--model"),
     allow: list[str] = ALLOW_OPT,
     memory: bool = typer.Option(True, "--memory/--no-memory"),
+    memory_tools: bool = MEMORY_TOOLS_OPT,
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
     """Interactive chat; answers stream as they are written. Empty line or Ctrl-D quits."""
@@ -252,6 +261,7 @@ def chat(
             mcp=mcp or [],
             user=user,
             memory=memory,
+            memory_tools=memory_tools,
             base_url=base_url,
             model=model,
             allow=allow,

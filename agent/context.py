@@ -215,13 +215,27 @@ def render_messages(messages: list[dict[str, Any]], max_chars: int = 6000) -> st
     return text if len(text) <= max_chars else text[: max_chars - 20] + "\n[...cut...]"
 
 
+def _call_label(name: str, arguments: str) -> str:
+    """``name(k=v, ...)``: facts of different calls to one tool keep apart."""
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        args = {}
+    if not isinstance(args, dict):
+        args = {}
+    inner = ", ".join(
+        f"{k}={v}" for k, v in args.items() if isinstance(v, str | int | float | bool)
+    )
+    return f"{name}({inner[:60]})"
+
+
 def tool_facts_of(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """Facts of the tool results among ``messages`` (pinned before they are compacted)."""
     names: dict[str, str] = {}
     facts: list[tuple[str, str]] = []
     for m in messages:
         for c in m.get("tool_calls") or []:
-            names[c["id"]] = c["function"]["name"]
+            names[c["id"]] = _call_label(c["function"]["name"], c["function"]["arguments"])
         if m.get("role") == "tool":
             name = names.get(m.get("tool_call_id", ""), "tool")
             facts.extend(extract_tool_facts(name, str(m.get("content", ""))))

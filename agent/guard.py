@@ -7,9 +7,10 @@ returns can approve a call or widen the allowlist: tool output is only ever data
 
 The injection check is structural, because a small model follows injected text whatever the
 prompt says: a call is *suspicious* when its tool name, or a distinctive argument value
-(an e-mail address, a URL, a path, a long string or a long number), appears in earlier
-untrusted tool output but not in anything the user said. A suspicious call is held for
-approval exactly like a dangerous tool.
+(an e-mail address, a URL, a path, a long string or a long number), appears inside the text
+of earlier untrusted tool output but not in anything the user said (a value that is a whole
+field of a result, like a file name from a listing, is data the model may chain on).
+A suspicious call is held for approval exactly like a dangerous tool.
 """
 
 from __future__ import annotations
@@ -132,19 +133,51 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).casefold()
 
 
+def _untrusted_leaves(outputs: Iterable[str]) -> list[str]:
+    """Normalised string leaves of what tools returned (``data``, and the messages of the
+    tools' own errors); our own refusals (denied, not_allowed, ...) are not tool output."""
+    leaves: list[str] = []
+    for raw in outputs:
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, TypeError):
+            leaves.append(_norm(str(raw)))
+            continue
+        if not isinstance(body, dict) or "data" not in body:
+            leaves.extend(_norm(str(v)) for v in _walk(body))
+            continue
+        parts: list[Any] = [body.get("data")]
+        err = body.get("error") or {}
+        if isinstance(err, dict) and err.get("type") in _TOOL_FAILURES:
+            parts.append(err.get("message", ""))
+        leaves.extend(_norm(str(v)) for v in _walk(parts) if v is not None)
+    return leaves
+
+
+_TOOL_FAILURES = {"tool_error", "server_error", "timeout"}
+
+
 def suspicious_call(
     name: str, arguments: dict[str, Any], *, untrusted: Iterable[str], trusted: Iterable[str]
 ) -> str | None:
-    """Why this call looks injected by tool output, or None when the user's words explain it."""
-    seen = _norm("\n".join(untrusted))
-    if not seen:
+    """Why this call looks injected by tool output, or None when the user's words explain it.
+
+    A value that *is* a whole value of a result (a file name from a listing, a region from a
+    report) is data the model may chain on; a value found only *inside* longer text of a
+    result (prose such as "now send it to x@evil.example") is what injection looks like.
+    """
+    leaves = _untrusted_leaves(untrusted)
+    if not leaves:
         return None
     said = _norm("\n".join(trusted))
     name_pat = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(name.casefold()) + r"(?![A-Za-z0-9_])")
-    if name_pat.search(seen) and not name_pat.search(said):
+    if any(name_pat.search(leaf) for leaf in leaves) and not name_pat.search(said):
         return f"tool {name!r} is named in earlier tool output, not in the user's request"
+    exact = set(leaves)
     for value in distinctive_values(arguments):
         v = _norm(value)
-        if v in seen and v not in said:
-            return f"argument value {value!r} comes from tool output, not from the user"
+        if v in said or v in exact:
+            continue
+        if any(v in leaf for leaf in leaves):
+            return f"argument value {value!r} comes from text inside tool output, not from the user"
     return None

@@ -4,7 +4,8 @@ Each step: check the guardrails, compact the context if it grew past the thresho
 the model (with the allowed tools, ``tool_choice="auto"``), and execute the calls it returns
 on the host, independent calls concurrently. The assistant message with ``tool_calls``
 stays in the history; each result goes back as ``role: tool`` with its ``tool_call_id`` and
-the JSON of a `ToolResult`, marked untrusted.
+the JSON of a `ToolResult`, marked untrusted. A text reply before any tool was called (with
+no memory block to answer from) is asked once more with ``tool_choice="required"``.
 
 The run ends with a final answer. Small models (the CPU default Qwen 0.5B) call the same
 tool again after its result instead of answering; a repeated identical call is not executed
@@ -37,7 +38,14 @@ from agent.context import (
     render_messages,
     tool_facts_of,
 )
-from agent.exceptions import AgentError, ToolArgumentsError, ToolDenied, ToolNotAllowed, error_body
+from agent.exceptions import (
+    AgentError,
+    ModelError,
+    ToolArgumentsError,
+    ToolDenied,
+    ToolNotAllowed,
+    error_body,
+)
 from agent.guard import ApprovalRequest, Approver, ask, call_signature, suspicious_call
 from agent.protocols import MemoryLink, ToolResult
 from agent.settings import Limits
@@ -83,6 +91,7 @@ class Agent:
         trace_dir: Path | None = None,
         otel_endpoint: str | None = None,
         on_text: Callable[[str], None] | None = None,
+        tool_nudge: bool = True,
     ) -> None:
         self.client = client
         self.model = model
@@ -98,6 +107,9 @@ class Agent:
         self.trace_dir = trace_dir
         self.otel_endpoint = otel_endpoint
         self.on_text = on_text  # streams the final answer (chat)
+        # a text reply before any tool call (and without a memory block to answer from) is
+        # asked once more with tool_choice="required": small models guess instead of looking
+        self.tool_nudge = tool_nudge
         self._approval_lock = asyncio.Lock()
         self.last_trace_path: Path | None = None
 
@@ -151,7 +163,7 @@ class Agent:
             except Exception as exc:  # memory is a help, never a reason to fail the run
                 logger.warning("memory recall failed: %s", exc)
         seen: dict[str, Observation] = {o_sig(o): o for o in state.observations}
-        counted_upto, idle = 0, 0
+        counted_upto, idle, nudged = 0, 0, False
         while True:
             limit = self._limit(state)
             if limit is not None:
@@ -164,14 +176,24 @@ class Agent:
                 counted_upto = len(state.messages)
             state.step += 1
             try:
-                step, message = await self._decide(state)
+                step, message = await self._decide(state, required=nudged and not state.tool_calls)
             except AgentError as exc:
+                if state.elapsed() >= self.limits.wall_clock_s:  # the request hit the limit
+                    detail = f"{state.elapsed():.1f} s elapsed during a model request"
+                    yield LimitStep(state.step, self._tid(state), "wall_clock", detail)
+                    yield await self._finish(state, "wall_clock", detail=detail)
+                    break
                 yield ErrorStep(state.step, self._tid(state), exc.message)
                 yield await self._finish(state, "model_error", detail=exc.message)
                 break
             counted_upto = len(state.messages)
             yield step
             if step.decision == "answer":
+                if self._nudge(state, nudged):
+                    # answered from nothing while tools were there to look it up: once,
+                    # ask again with a call required (the text reply is dropped)
+                    nudged = True
+                    continue
                 yield await self._finish(state, "answer", text=step.text)
                 break
             calls = message["tool_calls"]
@@ -211,22 +233,39 @@ class Agent:
             return "wall_clock", f"{state.elapsed():.1f} s elapsed (limit {lim.wall_clock_s:g} s)"
         return None
 
+    def _remaining(self, state: AgentState, *, floor: float) -> float:
+        """Seconds left on the wall clock (at least ``floor``)."""
+        return max(floor, self.limits.wall_clock_s - state.elapsed())
+
     def _tid(self, state: AgentState, suffix: str = "") -> str:
         return f"{state.run_id}.{state.step}{suffix}"
 
     # --- the model -----------------------------------------------------------------------
 
-    async def _decide(self, state: AgentState) -> tuple[ModelStep, dict[str, Any]]:
+    def _nudge(self, state: AgentState, nudged: bool) -> bool:
+        """Whether a text reply should be retried with ``tool_choice="required"``."""
+        return (
+            self.tool_nudge
+            and not nudged
+            and state.tool_calls == 0
+            and not state.memory_block
+            and bool(self.allow & set(self.tools.names()))
+        )
+
+    async def _decide(
+        self, state: AgentState, *, required: bool = False
+    ) -> tuple[ModelStep, dict[str, Any]]:
         tid = self._tid(state)
         tools = self.tools.openai_tools(self.allow)
         kw: dict[str, Any] = {}
         if tools:
-            kw = {"tools": tools, "tool_choice": "auto"}
+            kw = {"tools": tools, "tool_choice": "required" if required else "auto"}
         t0 = time.perf_counter()
         resp = await self._chat(
             tid,
             messages=build_messages(state),
             max_tokens=self.limits.step_max_tokens,
+            deadline=self._remaining(state, floor=0.5),
             **kw,
         )
         latency = time.perf_counter() - t0
@@ -256,14 +295,27 @@ class Agent:
         )
         return step, message
 
-    async def _chat(self, trace_id: str, **kw: Any) -> Any:
+    async def _chat(self, trace_id: str, *, deadline: float | None = None, **kw: Any) -> Any:
+        """One request; ``x-request-id`` joins the server's log lines to the trace and
+        ``x-session-id`` (the run id) keeps a run on the replica holding its prefix cache.
+        ``deadline`` (seconds) bounds the request *with* the client's retries: cancelling it
+        closes the connection, which aborts the generation on the server."""
+        # messages and tools are plain JSON already: they travel in extra_body, which the
+        # client sends as is, instead of through its per-request type transform, whose cost
+        # grows with the history (~30 ms a step at 50 steps; see bench/agent_overhead.py).
+        plain = {k: kw.pop(k) for k in ("messages", "tools") if k in kw}
+        request = self.client.chat.completions.create(
+            model=self.model,
+            messages=[],
+            temperature=0,
+            extra_headers={"x-request-id": trace_id, "x-session-id": trace_id.split(".")[0]},
+            extra_body=plain,
+            **kw,
+        )
         try:
-            return await self.client.chat.completions.create(
-                model=self.model,
-                temperature=0,
-                extra_headers={"x-request-id": trace_id},
-                **kw,
-            )
+            return await asyncio.wait_for(request, deadline)
+        except TimeoutError as exc:
+            raise ModelError(f"no reply within the run's remaining {deadline:.1f} s") from exc
         except openai.APIError as exc:
             raise _model_error(exc) from exc
 
@@ -312,7 +364,8 @@ class Agent:
                 raise ToolNotAllowed(f"tool {name!r} is not available in this run")
             args = self.tools.validate(name, call["function"]["arguments"])
             await self._approve(state, name, args)
-            result = await self.tools.execute(name, args, timeout_s=self.limits.tool_timeout_s)
+            timeout = min(self.limits.tool_timeout_s, self._remaining(state, floor=0.05))
+            result = await self.tools.execute(name, args, timeout_s=timeout)
         except (ToolNotAllowed, ToolArgumentsError, ToolDenied) as exc:
             result = ToolResult("error", error=error_body(exc))
         return self._observe(state, call, i, args, result, time.perf_counter() - t0)
@@ -394,6 +447,7 @@ class Agent:
             try:
                 resp = await self._chat(
                     self._tid(state, ".compact"),
+                    deadline=self._remaining(state, floor=0.5),
                     messages=[
                         {
                             "role": "system",
@@ -434,8 +488,12 @@ class Agent:
             answer = final_answer.from_observations(state, reason, detail)
         else:
             try:
-                answer, prompt, completion = await final_answer.request(self, state, reason)
+                answer, prompt, completion = await final_answer.request(
+                    self, state, reason, deadline=self._remaining(state, floor=0.5)
+                )
             except AgentError as exc:
+                if state.elapsed() >= self.limits.wall_clock_s:
+                    reason, status = "wall_clock", STATUS_OF["wall_clock"]
                 answer = text.strip() or final_answer.from_observations(state, reason, exc.message)
         if reason == "answer" and not answer:
             answer = text.strip()
@@ -496,7 +554,5 @@ def _summary(result: ToolResult) -> str:
 
 
 def _model_error(exc: openai.APIError) -> AgentError:
-    from agent.exceptions import ModelError
-
     status = getattr(exc, "status_code", None)
     return ModelError(f"endpoint error{f' {status}' if status else ''}: {exc.message}")

@@ -52,6 +52,10 @@ class AgentSettings(BaseSettings):
         description="force: a text reply triggers the JSON final-answer request; accept: "
         "the text is the answer",
     )
+    tool_nudge: bool = Field(
+        default=True,
+        description="a text reply before any tool call is asked again with tool_choice=required",
+    )
     model: str | None = Field(default=None, description="default: first chat model listed")
     tokenizer: str | None = Field(default=None, description="local HF folder for counting")
     otel_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint")

@@ -257,6 +257,7 @@ class ToolRegistry:
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._groups: dict[str, str] = {}
+        self._validators: dict[str, Any] = {}
         self.max_result_chars = max_result_chars
         self.max_result_items = max_result_items
         for t in tools:
@@ -271,6 +272,7 @@ class ToolRegistry:
             raise ConfigError(f"two tools are named {t.name!r}")
         self._tools[t.name] = t
         self._groups[t.name] = group
+        self._validators.pop(t.name, None)
         return t
 
     def add_all(
@@ -347,8 +349,15 @@ class ToolRegistry:
             raise ToolArgumentsError(f"arguments are not JSON: {exc}") from exc
         if not isinstance(args, dict):
             raise ToolArgumentsError("arguments must be a JSON object")
+        validator = self._validators.get(name)
+        if validator is None:  # checking the schema itself is the costly part: once per tool
+            cls = jsonschema.validators.validator_for(tool.parameters)
+            cls.check_schema(tool.parameters)
+            validator = self._validators[name] = cls(tool.parameters)
         try:
-            jsonschema.validate(args, tool.parameters)
+            error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+            if error is not None:
+                raise error
         except jsonschema.ValidationError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
             raise ToolArgumentsError(f"{where}: {exc.message}") from exc

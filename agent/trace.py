@@ -207,12 +207,12 @@ def show_trace(run: str, console: Any = None) -> None:
     console = console or Console()
     t0 = lines[0]["ts"] - lines[0]["latency_s"] if lines else 0.0
     table = Table(title=f"run {lines[0]['run_id'] if lines else run}", show_lines=False)
-    for col in ("t+s", "step", "type", "latency", "trace_id", "detail"):
+    for col in ("start s", "step", "type", "latency", "trace_id", "detail"):
         table.add_column(col, overflow="fold")
     colors = {"model": "cyan", "tool": "green", "final": "bold", "limit": "yellow", "error": "red"}
     for x in lines:
         table.add_row(
-            f"{x['ts'] - t0:.2f}",
+            f"{x['ts'] - x['latency_s'] - t0:.2f}",
             str(x["step"]),
             f"[{colors.get(x['type'], '')}]{x['type']}[/]" if x["type"] in colors else x["type"],
             f"{x['latency_s']:.3f}s",

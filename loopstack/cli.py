@@ -44,11 +44,32 @@ def prepare_model(model: str | None = typer.Option(None)) -> None:
 
 
 def _mount(module: str, name: str) -> None:
+    """Add `module`'s Typer app as sub-command `name`.
+
+    Only that sub-package itself being absent is a reason to leave the command out. Any other
+    import error (a missing dependency, a typo, no `app`) is a bug: it is logged, and the
+    sub-command is replaced by one that raises it, so `loopstack NAME ...` shows the real
+    traceback while the other commands (`serve`) keep working."""
     try:
         sub = importlib.import_module(module).app
-    except (ImportError, AttributeError):  # that part of the stack is not installed/built
-        return
-    app.add_typer(sub, name=name)
+    except ModuleNotFoundError as exc:
+        if exc.name in {module, module.partition(".")[0]}:
+            logger.debug("sub-command %s not available: %s", name, exc)
+            return
+        _mount_broken(name, exc)
+    except (ImportError, AttributeError) as exc:
+        _mount_broken(name, exc)
+    else:
+        app.add_typer(sub, name=name)
+
+
+def _mount_broken(name: str, error: Exception) -> None:
+    logger.warning("sub-command %r failed to import: %r", name, error)
+    settings = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+    @app.command(name, context_settings=settings, add_help_option=False)
+    def broken() -> None:
+        raise error
 
 
 _mount("memory.cli", "memory")

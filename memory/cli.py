@@ -95,6 +95,9 @@ def search(
     budget: Annotated[int, typer.Option("--budget", help="Token budget.")] = 600,
     mode: Annotated[str, typer.Option("--mode", help="hybrid | vector | keyword")] = "hybrid",
     explain: Annotated[bool, typer.Option("--explain", help="Show every candidate.")] = False,
+    unverified: Annotated[
+        bool, typer.Option("--unverified", help="Include records below the trust floor.")
+    ] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -104,7 +107,13 @@ def search(
 
     def go() -> None:
         with _store(db) as st:
-            rec = st.recall(query, user_id=user, budget_tokens=budget, mode=mode)  # type: ignore[arg-type]
+            rec = st.recall(
+                query,
+                user_id=user,
+                budget_tokens=budget,
+                mode=mode,  # type: ignore[arg-type]
+                include_unverified=unverified,
+            )
             if as_json:
                 out: dict[str, Any] = {
                     "block": rec.block,
@@ -120,6 +129,7 @@ def search(
                     mark = "+" if c.kept else "-"
                     typer.echo(
                         f"{mark} {c.score:.3f} sim={c.similarity:.3f} kw={c.keyword:.2f} "
+                        f"trust={c.trust:.2f} ({c.provenance}) "
                         f"{c.id} {c.text[:60]!r}: {c.reason}"
                     )
 
@@ -180,19 +190,22 @@ def forget(
 @app.command()
 def history(
     record_id: Annotated[str, typer.Argument(help="Any record of the chain.")],
+    user: UserOpt,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the supersede chain of a record, oldest first."""
+    """Show the supersede chain of a record, oldest first, with its trust events."""
 
     def go() -> None:
         with _store(db) as st:
-            chain = st.history(record_id)
+            chain = st.history(record_id, user_id=user)
             if as_json:
                 typer.echo(json.dumps([r.to_dict() for r in chain], indent=2))
             else:
                 for r in chain:
                     typer.echo(_line(r))
+                    for e in r.events:
+                        typer.echo(f"    {e.kind}: {e.detail}")
 
     _run(go)
 

@@ -82,7 +82,8 @@ class MemorySettings(BaseSettings):
         description="Most postings (sum of term document frequencies) one keyword query ranks",
     )
     keyword_min_df_records: int = Field(
-        default=2_000, description="Below this many records no term is dropped for frequency"
+        default=200,
+        description="Below this many records of the user no term is dropped for frequency",
     )
 
     # --- gate 3: re-scoring --------------------------------------------------------------
@@ -95,6 +96,14 @@ class MemorySettings(BaseSettings):
     type_boost: float = 0.05
     half_life_days: float = 90.0
     threshold: float = Field(default=0.5, description="Final score below which nothing is injected")
+    w_trust: float = Field(
+        default=0.6, description="Score penalty per unit of missing trust: w_trust * (1 - trust)"
+    )
+    trust_floor: float = Field(
+        default=0.35,
+        description="Records trusted less than this (every unverified one) stay out of the "
+        "<memory> block unless recall(include_unverified=True)",
+    )
 
     # --- gate 4: packing -----------------------------------------------------------------
     budget_tokens: int = 600
@@ -102,7 +111,10 @@ class MemorySettings(BaseSettings):
 
     # --- write-back ----------------------------------------------------------------------
     duplicate_similarity: float = 0.97
-    supersede_similarity: float = 0.8
+    supersede_similarity: float = Field(
+        default=0.5,
+        description="Cosine a record needs to be checked as an older value of the same subject",
+    )
     promote_after: int = Field(default=3, description="Mentions before an observation is kept")
     explicit_weight: float = 2.0
     default_weight: float = 1.0
@@ -122,6 +134,8 @@ class MemorySettings(BaseSettings):
             raise ConfigError("hnsw_threshold and vector_k must be >= 1, keyword_k >= 0")
         if self.half_life_days <= 0 or self.decay_half_life_days <= 0:
             raise ConfigError("half lives must be positive")
+        if not 0.0 <= self.trust_floor <= 1.0 or self.w_trust < 0:
+            raise ConfigError("trust_floor must be in [0, 1] and w_trust >= 0")
         return self
 
     def resolved_path(self) -> Path:

@@ -17,9 +17,8 @@ import json
 import logging
 import sqlite3
 import threading
-import uuid
+import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,139 +26,24 @@ import numpy as np
 
 from memory.embedding import Vectors
 from memory.exceptions import LedgerError, SchemaVersionError
-from memory.records import MemorySource, MemoryType, Record, Scope
-
-__all__ = ["Change", "Ledger", "NewRecord", "new_id", "scope_token"]
-
-logger = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    rowid         INTEGER PRIMARY KEY AUTOINCREMENT,
-    id            TEXT NOT NULL UNIQUE,
-    user_id       TEXT NOT NULL,
-    agent_id      TEXT,
-    session_id    TEXT,
-    text          TEXT NOT NULL,
-    type          TEXT NOT NULL,
-    source        TEXT NOT NULL,
-    confidence    REAL NOT NULL,
-    created_at    REAL NOT NULL,
-    last_used_at  REAL,
-    hits          INTEGER NOT NULL DEFAULT 0,
-    weight        REAL NOT NULL,
-    superseded_by TEXT,
-    evidence      TEXT NOT NULL DEFAULT '[]',
-    mentions      INTEGER NOT NULL DEFAULT 1,
-    fingerprint   TEXT NOT NULL,
-    scope_token   TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS records_user ON records(user_id, superseded_by);
-CREATE INDEX IF NOT EXISTS records_fp ON records(user_id, fingerprint);
-CREATE INDEX IF NOT EXISTS records_sup ON records(superseded_by);
-CREATE TABLE IF NOT EXISTS vectors (rowid INTEGER PRIMARY KEY, vec BLOB NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS records_fts USING fts5(
-    text, scope_token, content='records', content_rowid='rowid',
-    tokenize='porter unicode61'
-);
-CREATE VIRTUAL TABLE IF NOT EXISTS records_vocab USING fts5vocab(records_fts, 'row');
-CREATE TRIGGER IF NOT EXISTS records_ai AFTER INSERT ON records BEGIN
-    INSERT INTO records_fts(rowid, text, scope_token)
-    VALUES (new.rowid, new.text, new.scope_token);
-END;
--- Superseded records leave the FTS index (so keyword recall needs no join to skip them).
-CREATE TRIGGER IF NOT EXISTS records_au AFTER UPDATE OF superseded_by ON records
-WHEN old.superseded_by IS NULL AND new.superseded_by IS NOT NULL BEGIN
-    INSERT INTO records_fts(records_fts, rowid, text, scope_token)
-    VALUES ('delete', old.rowid, old.text, old.scope_token);
-END;
-CREATE TRIGGER IF NOT EXISTS records_ad AFTER DELETE ON records BEGIN
-    INSERT INTO records_fts(records_fts, rowid, text, scope_token)
-    SELECT 'delete', old.rowid, old.text, old.scope_token WHERE old.superseded_by IS NULL;
-    DELETE FROM vectors WHERE rowid = old.rowid;
-END;
-CREATE TABLE IF NOT EXISTS changes (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-    op      TEXT NOT NULL CHECK (op IN ('add', 'del')),
-    rowid   INTEGER NOT NULL,
-    user_id TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS observations (
-    user_id     TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    text        TEXT NOT NULL,
-    type        TEXT NOT NULL,
-    count       INTEGER NOT NULL,
-    first_seen  REAL NOT NULL,
-    last_seen   REAL NOT NULL,
-    vec         BLOB NOT NULL,
-    PRIMARY KEY (user_id, fingerprint)
-);
-"""
-
-_COLUMNS = (
-    "rowid, id, user_id, agent_id, session_id, text, type, source, confidence, created_at, "
-    "last_used_at, hits, weight, superseded_by, evidence, mentions"
+from memory.pipeline import doc_terms
+from memory.records import EventKind, MemoryType, Record, Scope, TrustEvent
+from memory.schema import (
+    COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    Change,
+    NewRecord,
+    event_from_row,
+    new_id,
+    placeholders,
+    row_to_record,
+    scope_token,
 )
 
+__all__ = ["Change", "Ledger", "NewRecord", "Tx", "new_id", "scope_token"]
 
-def new_id() -> str:
-    return "mem_" + uuid.uuid4().hex[:16]
-
-
-def scope_token(user_id: str) -> str:
-    """An FTS token that stands for the user, so keyword recall intersects with it."""
-    return "u" + uuid.uuid5(uuid.NAMESPACE_URL, "loopstack-user:" + user_id).hex
-
-
-@dataclass(slots=True)
-class NewRecord:
-    """A record about to be written, with its vector."""
-
-    scope: Scope
-    text: str
-    type: MemoryType
-    source: MemorySource
-    confidence: float
-    weight: float
-    evidence: list[str]
-    fingerprint: str
-    created_at: float
-    id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    seq: int
-    op: str
-    rowid: int
-    user_id: str
-
-
-def _row_to_record(row: Sequence[Any]) -> Record:
-    return Record(
-        rowid=int(row[0]),
-        id=row[1],
-        scope=Scope(row[2], row[3], row[4]),
-        text=row[5],
-        type=MemoryType(row[6]),
-        source=MemorySource(row[7]),
-        confidence=float(row[8]),
-        created_at=float(row[9]),
-        last_used_at=None if row[10] is None else float(row[10]),
-        hits=int(row[11]),
-        weight=float(row[12]),
-        superseded_by=row[13],
-        evidence=json.loads(row[14]),
-        mentions=int(row[15]),
-    )
-
-
-def _placeholders(n: int) -> str:
-    return ",".join("?" * n)
+logger = logging.getLogger(__name__)
 
 
 class Ledger:
@@ -174,12 +58,13 @@ class Ledger:
         self._readers_lock = threading.Lock()
         try:
             self._writer = self._connect()
-            self._writer.executescript(_SCHEMA)
+            self._writer.executescript(SCHEMA)
             version = self.get_meta("schema_version")
             if version is None:
                 self.set_meta("schema_version", str(SCHEMA_VERSION))
             elif int(version) > SCHEMA_VERSION:
                 raise SchemaVersionError(f"{self.path} has schema {version} > {SCHEMA_VERSION}")
+            self._build_user_terms()
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
 
@@ -225,94 +110,43 @@ class Ledger:
             )
 
     # --- writes ----------------------------------------------------------------------------
-    def _tx(self) -> _Transaction:
+    def write(self) -> _Transaction:
+        """``with ledger.write() as tx``: one ``BEGIN IMMEDIATE`` transaction. Reads through
+        ``tx`` see every commit of every process (no one else can commit meanwhile), so
+        decisions taken on them (duplicate, supersede) hold when the transaction commits."""
         return _Transaction(self._writer, self._write_lock)
 
     def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
         """Insert records with their vectors in one transaction; returns (id, rowid)."""
-        if len(records) != len(vectors):
-            raise LedgerError("one vector per record is required")
-        out: list[tuple[str, int]] = []
-        with self._tx() as cur:
-            for rec, vec in zip(records, vectors, strict=True):
-                rec.id = rec.id or new_id()
-                cur.execute(
-                    "INSERT INTO records (id, user_id, agent_id, session_id, text, type, source,"
-                    " confidence, created_at, weight, evidence, fingerprint, scope_token)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        rec.id,
-                        rec.scope.user_id,
-                        rec.scope.agent_id,
-                        rec.scope.session_id,
-                        rec.text,
-                        rec.type.value,
-                        rec.source.value,
-                        rec.confidence,
-                        rec.created_at,
-                        rec.weight,
-                        json.dumps(rec.evidence),
-                        rec.fingerprint,
-                        scope_token(rec.scope.user_id),
-                    ),
-                )
-                rowid = int(cur.lastrowid or 0)
-                cur.execute(
-                    "INSERT INTO vectors(rowid, vec) VALUES (?, ?)",
-                    (rowid, np.asarray(vec, dtype=np.float32).tobytes()),
-                )
-                cur.execute(
-                    "INSERT INTO changes(op, rowid, user_id) VALUES ('add', ?, ?)",
-                    (rowid, rec.scope.user_id),
-                )
-                out.append((rec.id, rowid))
-        return out
+        with self.write() as tx:
+            return tx.insert(records, vectors)
 
-    def supersede(self, old: Record, new_id_: str) -> None:
-        """Mark ``old`` as replaced by ``new_id_``; it leaves the vector index, not the ledger."""
-        with self._tx() as cur:
-            cur.execute("UPDATE records SET superseded_by = ? WHERE id = ?", (new_id_, old.id))
-            cur.execute(
-                "INSERT INTO changes(op, rowid, user_id) VALUES ('del', ?, ?)",
-                (old.rowid, old.user_id),
-            )
+    def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
+        with self.write() as tx:
+            tx.supersede(old, new_id_, detail)
 
     def delete(self, records: Iterable[Record]) -> int:
-        """Delete records for good (ledger, FTS, vectors) and log it for the index."""
-        n = 0
-        with self._tx() as cur:
-            for rec in records:
-                cur.execute("DELETE FROM records WHERE rowid = ?", (rec.rowid,))
-                if rec.superseded_by is None:
-                    cur.execute(
-                        "INSERT INTO changes(op, rowid, user_id) VALUES ('del', ?, ?)",
-                        (rec.rowid, rec.user_id),
-                    )
-                n += 1
-        return n
+        with self.write() as tx:
+            return tx.delete(records)
 
     def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
-        with self._tx() as cur:
-            cur.execute("UPDATE records SET mentions = mentions + 1 WHERE id = ?", (record_id,))
-            if weight is not None:
-                cur.execute(
-                    "UPDATE records SET weight = max(weight, ?) WHERE id = ?", (weight, record_id)
-                )
+        with self.write() as tx:
+            tx.bump_mentions(record_id, weight=weight)
 
     def touch(self, usage: dict[int, tuple[int, float]]) -> None:
         """Apply buffered recall usage: rowid -> (extra hits, last used ts)."""
         if not usage:
             return
-        with self._tx() as cur:
-            cur.executemany(
+        with self.write() as tx:
+            tx.cur.executemany(
                 "UPDATE records SET hits = hits + ?,"
                 " last_used_at = max(coalesce(last_used_at, 0), ?) WHERE rowid = ?",
                 [(h, ts, rowid) for rowid, (h, ts) in usage.items()],
             )
 
     def set_weights(self, weights: dict[int, float]) -> None:
-        with self._tx() as cur:
-            cur.executemany(
+        with self.write() as tx:
+            tx.cur.executemany(
                 "UPDATE records SET weight = ? WHERE rowid = ?",
                 [(w, rowid) for rowid, w in weights.items()],
             )
@@ -321,22 +155,22 @@ class Ledger:
         self, user_id: str, fingerprint: str, text: str, type_: MemoryType, vec: Vectors, ts: float
     ) -> int:
         """Count one more sighting of a not-yet-kept observation; returns the new count."""
-        with self._tx() as cur:
-            cur.execute(
+        with self.write() as tx:
+            tx.cur.execute(
                 "INSERT INTO observations VALUES (?,?,?,?,1,?,?,?) "
                 "ON CONFLICT(user_id, fingerprint) DO UPDATE SET count = count + 1, "
                 "last_seen = excluded.last_seen, text = excluded.text",
                 (user_id, fingerprint, text, type_.value, ts, ts, vec.tobytes()),
             )
-            row = cur.execute(
+            row = tx.cur.execute(
                 "SELECT count FROM observations WHERE user_id = ? AND fingerprint = ?",
                 (user_id, fingerprint),
             ).fetchone()
         return int(row[0])
 
     def drop_observation(self, user_id: str, fingerprint: str) -> None:
-        with self._tx() as cur:
-            cur.execute(
+        with self.write() as tx:
+            tx.cur.execute(
                 "DELETE FROM observations WHERE user_id = ? AND fingerprint = ?",
                 (user_id, fingerprint),
             )
@@ -347,38 +181,65 @@ class Ledger:
         """Halve weights per ``half_life_days`` of disuse since the later of last use and the
         previous run; returns (records decayed, faded non-explicit records to prune)."""
         prev = float(self.get_meta("decayed_at") or 0.0)
-        with self._tx() as cur:
-            cur.execute(
+        with self.write() as tx:
+            tx.cur.execute(
                 "UPDATE records SET weight = weight * pow(0.5, max(0.0, ? - max(created_at, "
                 "coalesce(last_used_at, 0), ?)) / 86400.0 / ?) WHERE superseded_by IS NULL",
                 (now, prev, half_life_days),
             )
-            decayed = cur.rowcount
-            rows = cur.execute(
-                f"SELECT {_COLUMNS} FROM records WHERE weight < ? "
+            decayed = tx.cur.rowcount
+            rows = tx.cur.execute(
+                f"SELECT {COLUMNS} FROM records WHERE weight < ? "
                 "AND source != 'user_explicit' AND superseded_by IS NULL",
                 (prune_below,),
             ).fetchall()
         self.set_meta("decayed_at", repr(now))
-        return decayed, [_row_to_record(r) for r in rows]
+        return decayed, [row_to_record(r) for r in rows]
 
     def compact_changes(self, upto_seq: int) -> None:
-        with self._tx() as cur:
-            cur.execute("DELETE FROM changes WHERE seq <= ?", (upto_seq,))
+        with self.write() as tx:
+            tx.cur.execute("DELETE FROM changes WHERE seq <= ?", (upto_seq,))
+
+    def set_vectors(self, pairs: Sequence[tuple[int, Vectors]]) -> None:
+        """Replace stored vectors (re-embedding): (rowid, vector) pairs."""
+        with self.write() as tx:
+            tx.cur.executemany(
+                "UPDATE vectors SET vec = ? WHERE rowid = ?",
+                [(np.asarray(v, dtype=np.float32).tobytes(), r) for r, v in pairs],
+            )
+
+    def _build_user_terms(self) -> None:
+        """Per-user keyword statistics for a ledger written before they existed (once)."""
+        if self.get_meta("user_terms") == "1":
+            return
+        with self.write() as tx:
+            tx.cur.execute("DELETE FROM user_terms")
+            rows = tx.cur.execute(
+                "SELECT user_id, text FROM records WHERE superseded_by IS NULL"
+            ).fetchall()
+            by_user: dict[str, list[str]] = {}
+            for user_id, text in rows:
+                by_user.setdefault(str(user_id), []).append(str(text))
+            for uid, texts in by_user.items():
+                tx.count_terms(uid, texts, +1)
+            tx.cur.execute(
+                "INSERT INTO meta(key, value) VALUES ('user_terms', '1') "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+            )
 
     # --- reads -----------------------------------------------------------------------------
     def get(self, record_id: str) -> Record | None:
         row = self._reader.execute(
-            f"SELECT {_COLUMNS} FROM records WHERE id = ?", (record_id,)
+            f"SELECT {COLUMNS} FROM records WHERE id = ?", (record_id,)
         ).fetchone()
-        return None if row is None else _row_to_record(row)
+        return None if row is None else row_to_record(row)
 
     def by_rowids(self, rowids: Sequence[int], scope: Scope) -> dict[int, Record]:
         """Active records among ``rowids`` that belong to ``scope`` (the isolation check)."""
         if not rowids:
             return {}
         sql = (
-            f"SELECT {_COLUMNS} FROM records WHERE rowid IN ({_placeholders(len(rowids))}) "
+            f"SELECT {COLUMNS} FROM records WHERE rowid IN ({placeholders(len(rowids))}) "
             "AND user_id = ? AND superseded_by IS NULL"
         )
         params: list[Any] = [*rowids, scope.user_id]
@@ -389,34 +250,34 @@ class Ledger:
             sql += " AND (session_id IS NULL OR session_id = ?)"
             params.append(scope.session_id)
         rows = self._reader.execute(sql, params).fetchall()
-        return {int(r[0]): _row_to_record(r) for r in rows}
+        return {int(r[0]): row_to_record(r) for r in rows}
 
     def vectors(self, rowids: Sequence[int], dim: int) -> dict[int, Vectors]:
         if not rowids:
             return {}
         rows = self._reader.execute(
-            f"SELECT rowid, vec FROM vectors WHERE rowid IN ({_placeholders(len(rowids))})",
+            f"SELECT rowid, vec FROM vectors WHERE rowid IN ({placeholders(len(rowids))})",
             list(rowids),
         ).fetchall()
         return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dim) for r in rows}
 
     def by_fingerprint(self, user_id: str, fingerprint: str) -> Record | None:
         row = self._reader.execute(
-            f"SELECT {_COLUMNS} FROM records WHERE user_id = ? AND fingerprint = ? "
+            f"SELECT {COLUMNS} FROM records WHERE user_id = ? AND fingerprint = ? "
             "AND superseded_by IS NULL LIMIT 1",
             (user_id, fingerprint),
         ).fetchone()
-        return None if row is None else _row_to_record(row)
+        return None if row is None else row_to_record(row)
 
     def list_records(
         self, user_id: str, *, include_superseded: bool = False, limit: int = 50, offset: int = 0
     ) -> list[Record]:
-        sql = f"SELECT {_COLUMNS} FROM records WHERE user_id = ?"
+        sql = f"SELECT {COLUMNS} FROM records WHERE user_id = ?"
         if not include_superseded:
             sql += " AND superseded_by IS NULL"
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?"
         rows = self._reader.execute(sql, (user_id, limit, offset)).fetchall()
-        return [_row_to_record(r) for r in rows]
+        return [row_to_record(r) for r in rows]
 
     def predecessors(self, record_id: str) -> list[Record]:
         """Records this one superseded, newest first (the audit chain)."""
@@ -425,13 +286,13 @@ class Ledger:
         frontier = [record_id]
         while frontier:
             rows = self._reader.execute(
-                f"SELECT {_COLUMNS} FROM records WHERE superseded_by IN "
-                f"({_placeholders(len(frontier))}) ORDER BY created_at DESC",
+                f"SELECT {COLUMNS} FROM records WHERE superseded_by IN "
+                f"({placeholders(len(frontier))}) ORDER BY created_at DESC",
                 frontier,
             ).fetchall()
             frontier = []
             for r in rows:
-                rec = _row_to_record(r)
+                rec = row_to_record(r)
                 if rec.id not in seen:
                     seen.add(rec.id)
                     out.append(rec)
@@ -453,15 +314,52 @@ class Ledger:
         ).fetchall()
         return [(int(r[0]), -float(r[1])) for r in rows]
 
-    def doc_freq(self, terms: Sequence[str]) -> dict[str, int]:
-        """Documents containing each (already stemmed, lower-case) term, over all users."""
+    def doc_freq(self, user_id: str, terms: Sequence[str]) -> dict[str, int]:
+        """This user's active records containing each (stemmed, lower-case) term. Per user, so
+        one tenant's data never changes which terms another tenant's queries keep."""
         if not terms:
             return {}
         rows = self._reader.execute(
-            f"SELECT term, doc FROM records_vocab WHERE term IN ({_placeholders(len(terms))})",
-            list(terms),
+            f"SELECT term, df FROM user_terms WHERE user_id = ? "
+            f"AND term IN ({placeholders(len(terms))})",
+            [user_id, *terms],
         ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
+
+    def events(self, record_ids: Sequence[str]) -> dict[str, list[TrustEvent]]:
+        """Trust events (confirmed / contradicted) of each record, oldest first."""
+        if not record_ids:
+            return {}
+        rows = self._reader.execute(
+            f"SELECT record_id, ts, kind, detail FROM events WHERE record_id IN "
+            f"({placeholders(len(record_ids))}) ORDER BY ts, rowid",
+            list(record_ids),
+        ).fetchall()
+        out: dict[str, list[TrustEvent]] = {}
+        for r in rows:
+            out.setdefault(str(r[0]), []).append(event_from_row(r[1:]))
+        return out
+
+    def active_rowids(self, rowids: Sequence[int]) -> list[int]:
+        """Those of ``rowids`` whose records are still active (not superseded or deleted)."""
+        out: list[int] = []
+        for i in range(0, len(rowids), 900):
+            chunk = list(rowids[i : i + 900])
+            rows = self._reader.execute(
+                "SELECT rowid FROM records WHERE superseded_by IS NULL AND rowid IN "
+                f"({placeholders(len(chunk))})",
+                chunk,
+            ).fetchall()
+            out.extend(int(r[0]) for r in rows)
+        return out
+
+    def texts_after(self, rowid: int, limit: int = 512) -> list[tuple[int, str]]:
+        """(rowid, text) of records after ``rowid`` in rowid order (re-embedding batches)."""
+        rows = self._reader.execute(
+            "SELECT rowid, text FROM records WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            (rowid, limit),
+        ).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
 
     def count(self, user_id: str | None = None, *, active_only: bool = True) -> int:
         sql = "SELECT count(*) FROM records WHERE 1=1"
@@ -491,7 +389,7 @@ class Ledger:
         rows = self._reader.execute(
             "SELECT seq, op, rowid, user_id FROM changes WHERE seq > ? ORDER BY seq", (seq,)
         ).fetchall()
-        return [Change(int(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
+        return [Change(int(r[0]), r[1], int(r[2]), str(r[3])) for r in rows]
 
     def active_vectors(self, dim: int, batch: int = 50_000) -> Iterator[tuple[str, Any, Vectors]]:
         """(user_id, rowids, vectors) batches of every active record, for a rebuild."""
@@ -529,21 +427,159 @@ class Ledger:
         }
 
 
+class Tx:
+    """Writes (and the reads decisions need) inside one ledger transaction."""
+
+    def __init__(self, cur: sqlite3.Cursor) -> None:
+        self.cur = cur
+
+    # --- reads on the writer's snapshot ----------------------------------------------------
+    def get(self, record_id: str) -> Record | None:
+        row = self.cur.execute(
+            f"SELECT {COLUMNS} FROM records WHERE id = ?", (record_id,)
+        ).fetchone()
+        return None if row is None else row_to_record(row)
+
+    def by_fingerprint(self, user_id: str, fingerprint: str) -> Record | None:
+        row = self.cur.execute(
+            f"SELECT {COLUMNS} FROM records WHERE user_id = ? AND fingerprint = ? "
+            "AND superseded_by IS NULL ORDER BY rowid LIMIT 1",
+            (user_id, fingerprint),
+        ).fetchone()
+        return None if row is None else row_to_record(row)
+
+    def active(self, rowids: Sequence[int], user_id: str) -> dict[int, Record]:
+        if not rowids:
+            return {}
+        rows = self.cur.execute(
+            f"SELECT {COLUMNS} FROM records WHERE rowid IN ({placeholders(len(rowids))}) "
+            "AND user_id = ? AND superseded_by IS NULL",
+            [*rowids, user_id],
+        ).fetchall()
+        return {int(r[0]): row_to_record(r) for r in rows}
+
+    # --- writes ----------------------------------------------------------------------------
+    def count_terms(self, user_id: str, texts: Sequence[str], delta: int) -> None:
+        """Per-user keyword document frequencies (so pruning never sees other users)."""
+        counts: dict[str, int] = {}
+        for terms in doc_terms(texts):
+            for t in terms:
+                counts[t] = counts.get(t, 0) + delta
+        self.cur.executemany(
+            "INSERT INTO user_terms(user_id, term, df) VALUES (?, ?, max(?, 0)) "
+            "ON CONFLICT(user_id, term) DO UPDATE SET df = max(df + ?, 0)",
+            [(user_id, t, d, d) for t, d in counts.items()],
+        )
+
+    def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
+        if len(records) != len(vectors):
+            raise LedgerError("one vector per record is required")
+        out: list[tuple[str, int]] = []
+        cur = self.cur
+        for rec, vec in zip(records, vectors, strict=True):
+            rec.id = rec.id or new_id()
+            cur.execute(
+                "INSERT INTO records (id, user_id, agent_id, session_id, text, type, source,"
+                " confidence, created_at, weight, evidence, fingerprint, scope_token, mentions)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    rec.id,
+                    rec.scope.user_id,
+                    rec.scope.agent_id,
+                    rec.scope.session_id,
+                    rec.text,
+                    rec.type.value,
+                    rec.source.value,
+                    rec.confidence,
+                    rec.created_at,
+                    rec.weight,
+                    json.dumps(rec.evidence),
+                    rec.fingerprint,
+                    scope_token(rec.scope.user_id),
+                    rec.mentions,
+                ),
+            )
+            rowid = int(cur.lastrowid or 0)
+            cur.execute(
+                "INSERT INTO vectors(rowid, vec) VALUES (?, ?)",
+                (rowid, np.asarray(vec, dtype=np.float32).tobytes()),
+            )
+            cur.execute(
+                "INSERT INTO changes(op, rowid, user_id) VALUES ('add', ?, ?)",
+                (rowid, rec.scope.user_id),
+            )
+            out.append((rec.id, rowid))
+        by_user: dict[str, list[str]] = {}
+        for rec in records:
+            by_user.setdefault(rec.scope.user_id, []).append(rec.text)
+        for user_id, texts in by_user.items():
+            self.count_terms(user_id, texts, +1)
+        return out
+
+    def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
+        """Mark ``old`` as replaced by ``new_id_`` (it leaves the index, not the ledger) and
+        record why in its history."""
+        self.cur.execute("UPDATE records SET superseded_by = ? WHERE id = ?", (new_id_, old.id))
+        self.cur.execute(
+            "INSERT INTO changes(op, rowid, user_id) VALUES ('del', ?, ?)",
+            (old.rowid, old.user_id),
+        )
+        self.count_terms(old.user_id, [old.text], -1)
+        self.event(old.id, "contradicted", detail or f"superseded by {new_id_}")
+
+    def delete(self, records: Iterable[Record]) -> int:
+        """Delete records for good (ledger, FTS, vectors, events) and log it for the index."""
+        n = 0
+        for rec in records:
+            self.cur.execute("DELETE FROM records WHERE rowid = ?", (rec.rowid,))
+            self.cur.execute("DELETE FROM events WHERE record_id = ?", (rec.id,))
+            if rec.superseded_by is None:
+                self.cur.execute(
+                    "INSERT INTO changes(op, rowid, user_id) VALUES ('del', ?, ?)",
+                    (rec.rowid, rec.user_id),
+                )
+                self.count_terms(rec.user_id, [rec.text], -1)
+            n += 1
+        return n
+
+    def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
+        self.cur.execute("UPDATE records SET mentions = mentions + 1 WHERE id = ?", (record_id,))
+        if weight is not None:
+            self.cur.execute(
+                "UPDATE records SET weight = max(weight, ?) WHERE id = ?", (weight, record_id)
+            )
+
+    def confirm(self, rec: Record, evidence: Sequence[str], confidence: float, detail: str) -> None:
+        """The verification path: later evidence (or the user) backs ``rec``."""
+        merged = list(dict.fromkeys([*rec.evidence, *evidence]))
+        self.cur.execute(
+            "UPDATE records SET evidence = ?, confidence = max(confidence, ?) WHERE id = ?",
+            (json.dumps(merged), confidence, rec.id),
+        )
+        self.event(rec.id, "confirmed", detail)
+
+    def event(self, record_id: str, kind: EventKind, detail: str) -> None:
+        self.cur.execute(
+            "INSERT INTO events(record_id, ts, kind, detail) VALUES (?, ?, ?, ?)",
+            (record_id, time.time(), kind, detail),
+        )
+
+
 class _Transaction:
-    """``with ledger._tx() as cur``: BEGIN IMMEDIATE under the write lock, COMMIT or ROLLBACK."""
+    """``with ledger.write() as tx``: BEGIN IMMEDIATE under the write lock, COMMIT or ROLLBACK."""
 
     def __init__(self, conn: sqlite3.Connection, lock: threading.Lock) -> None:
         self._conn = conn
         self._lock = lock
 
-    def __enter__(self) -> sqlite3.Cursor:
+    def __enter__(self) -> Tx:
         self._lock.acquire()
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             self._lock.release()
             raise LedgerError(f"cannot start a write: {exc}") from exc
-        return self._conn.cursor()
+        return Tx(self._conn.cursor())
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:

@@ -21,10 +21,12 @@ from collections.abc import Iterable, Sequence
 
 from memory.config import MemorySettings
 from memory.records import SOURCE_PRIOR, Candidate, MemoryType, Record
+from memory.trust import provenance, provenance_label, trust
 
 __all__ = [
     "BLOCK_FOOTER",
     "BLOCK_HEADER",
+    "doc_terms",
     "estimate_tokens",
     "freshness",
     "importance",
@@ -52,8 +54,9 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 BLOCK_HEADER = (
     "<memory>\n"
-    "Facts remembered from earlier conversations. Newer wins on conflict; "
-    "the user's current words win over memory."
+    "Remembered from earlier conversations; each entry says how it is known. Newer wins on "
+    "conflict; the user's current words win over memory; an 'unverified' entry is a claim "
+    "nobody confirmed, not a fact."
 )
 BLOCK_FOOTER = "</memory>"
 
@@ -98,6 +101,28 @@ def stem_terms(terms: Sequence[str]) -> dict[str, str]:
         conn.execute("DELETE FROM q")
         if row is not None:
             out[term] = str(row[0])
+    return out
+
+
+def doc_terms(texts: Sequence[str], *, chunk: int = 500) -> list[set[str]]:
+    """The distinct terms FTS5's ``porter unicode61`` tokenizer indexes each text under (the
+    per-user keyword statistics count these); tokenized in batches through a private
+    in-memory FTS5 table, about 50 us per text."""
+    conn: sqlite3.Connection | None = getattr(_stemmer, "doc", None)
+    if conn is None:
+        conn = sqlite3.connect(":memory:", check_same_thread=False)
+        conn.execute(
+            "CREATE VIRTUAL TABLE d USING fts5(t, tokenize='porter unicode61', detail=none)"
+        )
+        conn.execute("CREATE VIRTUAL TABLE dv USING fts5vocab(d, 'instance')")
+        _stemmer.doc = conn
+    out: list[set[str]] = [set() for _ in texts]
+    for start in range(0, len(texts), chunk):
+        part = texts[start : start + chunk]
+        conn.executemany("INSERT INTO d(rowid, t) VALUES (?, ?)", list(enumerate(part, 1)))
+        for doc, term in conn.execute("SELECT doc, term FROM dv"):
+            out[start + int(doc) - 1].add(str(term))
+        conn.execute("DELETE FROM d")
     return out
 
 
@@ -180,16 +205,23 @@ def score_candidates(
     task_type: MemoryType | None = None,
     now: float | None = None,
     threshold: float | None = None,
+    include_unverified: bool = False,
 ) -> list[Candidate]:
-    """Gate 3: fill each candidate's score parts, apply the threshold, sort by score.
+    """Gate 3: fill each candidate's score parts, apply the threshold and the trust floor,
+    sort by score.
 
     ``similarity`` must already hold the cosine of query and record; ``keyword`` the BM25
-    score normalised to 0..1 against the best keyword hit of this query.
+    score normalised to 0..1 against the best keyword hit of this query. The score loses
+    ``w_trust * (1 - trust)`` (see ``memory.trust``); a record trusted less than
+    ``trust_floor`` is dropped unless ``include_unverified``, and ranks after every record
+    at or above the floor.
     """
     now = time.time() if now is None else now
     cut = settings.threshold if threshold is None else threshold
     out: list[Candidate] = []
     for c in candidates:
+        c.provenance = provenance(c.record, settings.promote_after)
+        c.trust = trust(c.record, settings.promote_after)
         c.importance = importance(c.record)
         c.freshness = freshness(c.record, now, settings.half_life_days)
         c.type_boost = settings.type_boost if task_type and c.record.type == task_type else 0.0
@@ -199,27 +231,34 @@ def score_candidates(
             + settings.w_importance * c.importance
             + settings.w_freshness * c.freshness
             + c.type_boost
+            - settings.w_trust * (1.0 - c.trust)
         )
-        c.tokens = estimate_tokens(render_line(c.record))
-        if c.score < cut:
+        c.tokens = estimate_tokens(render_line(c.record, settings.promote_after))
+        if c.trust < settings.trust_floor and not include_unverified:
+            c.kept, c.reason = False, f"trust {c.trust:.2f} below floor {settings.trust_floor:.2f}"
+        elif c.score < cut:
             c.kept, c.reason = False, f"below threshold {cut:.2f}"
         else:
             c.kept, c.reason = True, "above threshold"
         out.append(c)
-    out.sort(key=lambda c: (-c.score, -c.record.created_at))
+    # Records at or above the trust floor rank before every record below it: an unverified
+    # record never outranks a verified one, however relevant it looks.
+    floor = settings.trust_floor
+    out.sort(key=lambda c: (c.trust < floor, -c.score, -c.record.created_at))
     return out
 
 
 # --- gate 4: packing --------------------------------------------------------------------------
 
 
-def render_line(rec: Record) -> str:
+def render_line(rec: Record, promote_after: int = 3) -> str:
+    """``- [type | YYYY-MM | provenance] text``, the text on one line."""
     text = " ".join(rec.text.split())
-    return f"- [{rec.type.value} | {rec.month}] {text}"
+    return f"- [{rec.type.value} | {rec.month} | {provenance_label(rec, promote_after)}] {text}"
 
 
 def pack(
-    scored: Sequence[Candidate], budget_tokens: int, *, max_items: int
+    scored: Sequence[Candidate], budget_tokens: int, *, max_items: int, promote_after: int = 3
 ) -> tuple[list[Candidate], str, int]:
     """Gate 4: take candidates by score while they fit; skip (never cut) those that don't.
 
@@ -244,5 +283,6 @@ def pack(
         return [], "", 0
     # Oldest first inside the block, so "newer wins" reads top to bottom.
     ordered = sorted(kept, key=lambda c: c.record.created_at)
-    block = "\n".join([BLOCK_HEADER, *(render_line(c.record) for c in ordered), BLOCK_FOOTER])
+    lines = [render_line(c.record, promote_after) for c in ordered]
+    block = "\n".join([BLOCK_HEADER, *lines, BLOCK_FOOTER])
     return kept, block, used

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,13 +20,17 @@ from memory.exceptions import ScopeError
 __all__ = [
     "Candidate",
     "DistilledMemory",
+    "EventKind",
     "MemorySource",
     "MemoryType",
+    "Provenance",
     "Recall",
     "Record",
     "RecordIn",
     "Scope",
+    "TrustEvent",
     "Turn",
+    "WriteAction",
     "WriteResult",
 ]
 
@@ -53,6 +57,27 @@ SOURCE_PRIOR: dict[MemorySource, float] = {
     MemorySource.TOOL: 0.6,
     MemorySource.INFERRED: 0.4,
 }
+
+
+#: How a record is known; see ``memory.trust``.
+Provenance = Literal["user_said", "evidence", "repeated", "unverified"]
+#: What a trust event did to a record (its history, next to the supersede chain).
+EventKind = Literal["confirmed", "contradicted", "conflict_kept"]
+WriteAction = Literal[
+    "stored", "duplicate", "superseded", "observed", "promoted", "rejected", "forgotten"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TrustEvent:
+    """One change of a record's trust: confirmed by evidence or the user, or contradicted."""
+
+    ts: float
+    kind: EventKind
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ts": self.ts, "kind": self.kind, "detail": self.detail}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +111,7 @@ class Record:
     evidence: list[str] = field(default_factory=list)
     mentions: int = 1
     rowid: int = 0
+    events: list[TrustEvent] = field(default_factory=list)
 
     @property
     def user_id(self) -> str:
@@ -113,6 +139,7 @@ class Record:
             "superseded_by": self.superseded_by,
             "evidence": list(self.evidence),
             "mentions": self.mentions,
+            "events": [e.to_dict() for e in self.events],
         }
 
     def to_json(self) -> str:
@@ -131,6 +158,8 @@ class Candidate:
     type_boost: float = 0.0
     score: float = 0.0
     tokens: int = 0
+    provenance: Provenance = "unverified"
+    trust: float = 0.0
     via: set[str] = field(default_factory=set)
     kept: bool = False
     reason: str = ""
@@ -156,6 +185,8 @@ class Candidate:
             "importance": round(self.importance, 4),
             "freshness": round(self.freshness, 4),
             "type_boost": round(self.type_boost, 4),
+            "provenance": self.provenance,
+            "trust": round(self.trust, 4),
             "score": round(self.score, 4),
             "tokens": self.tokens,
             "kept": self.kept,
@@ -190,7 +221,7 @@ class Recall:
 class WriteResult:
     """Outcome of one write-back decision."""
 
-    action: str  # stored | duplicate | superseded | observed | promoted | rejected
+    action: WriteAction
     id: str | None = None
     superseded: str | None = None
     reason: str = ""

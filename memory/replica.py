@@ -15,6 +15,7 @@ last ``seq`` it has seen, so a replay after a crash applies every change exactly
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -77,7 +78,7 @@ class IndexReplica:
         for name, chs in per_shard.items():
             add_ids = [c.rowid for c in chs if c.op == "add"]
             vecs = self.ledger.vectors(add_ids, index.dim) if add_ids else {}
-            live = set(self._active(list(vecs)))
+            live = set(self.ledger.active_rowids(list(vecs)))
             ids = np.array([i for i in add_ids if i in live], dtype=np.int64)
             skipped = set(add_ids) - live  # added then removed within this replay
             dels = [c.rowid for c in chs if c.op == "del" and c.rowid not in skipped]
@@ -86,18 +87,6 @@ class IndexReplica:
                 if len(ids):
                     index.add(name, ids, np.stack([vecs[int(i)] for i in ids]), seq)
                 index.remove(name, dels, seq)
-
-    def _active(self, rowids: list[int]) -> list[int]:
-        out: list[int] = []
-        for i in range(0, len(rowids), 900):
-            chunk = rowids[i : i + 900]
-            rows = self.ledger._reader.execute(
-                "SELECT rowid FROM records WHERE superseded_by IS NULL AND rowid IN "
-                f"({','.join('?' * len(chunk))})",
-                chunk,
-            ).fetchall()
-            out.extend(int(r[0]) for r in rows)
-        return out
 
     def open(self) -> None:
         """Load the shard files and catch up; rebuild from the ledger when the files are
@@ -135,22 +124,18 @@ class IndexReplica:
         return True
 
     async def reembed(self, embedder: Embedder) -> None:
-        """Embed every stored text again (after a model change); call :meth:`rebuild` next."""
+        """Embed every stored text again (after a model change); call :meth:`rebuild` next.
+        The ledger reads and writes run in worker threads, never on the event loop."""
         ledger, last = self.ledger, 0
         while True:
-            rows = ledger._reader.execute(
-                "SELECT rowid, text FROM records WHERE rowid > ? ORDER BY rowid LIMIT 512", (last,)
-            ).fetchall()
+            rows = await asyncio.to_thread(ledger.texts_after, last, 512)
             if not rows:
                 break
-            vecs = await embedder.embed([r[1] for r in rows])
-            with ledger._tx() as cur:
-                cur.executemany(
-                    "UPDATE vectors SET vec = ? WHERE rowid = ?",
-                    [(v.tobytes(), r[0]) for r, v in zip(rows, vecs, strict=True)],
-                )
-            last = int(rows[-1][0])
-        ledger.set_meta("embedder", f"{embedder.name}:{embedder.dim}")
+            vecs = await embedder.embed([text for _, text in rows])
+            pairs = [(rowid, v) for (rowid, _), v in zip(rows, vecs, strict=True)]
+            await asyncio.to_thread(ledger.set_vectors, pairs)
+            last = rows[-1][0]
+        await asyncio.to_thread(ledger.set_meta, "embedder", f"{embedder.name}:{embedder.dim}")
 
     def rebuild(self) -> dict[str, Any]:
         """Drop every shard file and rebuild all shards from the ledger's stored vectors."""

@@ -12,13 +12,15 @@ can never be ahead of the ledger, and after a crash it simply replays the rest.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import math
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -29,21 +31,17 @@ from memory.exceptions import (
     ModelError,
     NotFoundError,
     RedactedError,
+    RejectedError,
     ScopeError,
 )
-from memory.index import ShardedIndex, shard_name
+from memory.execution import execute
+from memory.index import ShardedIndex
 from memory.ledger import Ledger, NewRecord
 from memory.llm import ModelClient
-from memory.pipeline import (
-    pack,
-    prune_terms,
-    query_terms,
-    score_candidates,
-    stem_terms,
-    type_for_task,
-)
+from memory.reader import RecallMode, RecallReader
 from memory.records import (
     Candidate,
+    DistilledMemory,
     MemorySource,
     MemoryType,
     Recall,
@@ -53,13 +51,18 @@ from memory.records import (
     WriteResult,
 )
 from memory.replica import IndexReplica
-from memory.writeback import apply_turn, fingerprint, only_redactions, redact, same_content
+from memory.trust import USER_CONFIRMED
+from memory.writeback import fingerprint, only_redactions, plan_turn, redact, redact_turn
+from memory.writer import OnConflict, RecordWriter
 
-__all__ = ["AsyncMemoryStore", "RecallMode"]
+__all__ = ["AsyncMemoryStore", "OnConflict", "RecallMode"]
 
 logger = logging.getLogger(__name__)
 
-RecallMode = Literal["hybrid", "vector", "keyword"]
+#: The store whose ``write_back`` runs in this task (it already holds its write lock).
+_WRITE_BACK_OWNER: contextvars.ContextVar[AsyncMemoryStore | None] = contextvars.ContextVar(
+    "memory_write_back_owner", default=None
+)
 
 
 class AsyncMemoryStore:
@@ -84,6 +87,8 @@ class AsyncMemoryStore:
         self.model = model
         self._ledger: Ledger | None = None
         self._replica: IndexReplica | None = None
+        self._writer: RecordWriter | None = None
+        self._reader: RecallReader | None = None
         self._open_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
         self._usage: dict[int, tuple[int, float]] = {}
@@ -105,6 +110,18 @@ class AsyncMemoryStore:
         if self._replica is None:
             raise RuntimeError("store is not open: await store.open() first")
         return self._replica
+
+    @property
+    def writer(self) -> RecordWriter:
+        if self._writer is None:
+            raise RuntimeError("store is not open: await store.open() first")
+        return self._writer
+
+    @property
+    def reader(self) -> RecallReader:
+        if self._reader is None:
+            raise RuntimeError("store is not open: await store.open() first")
+        return self._reader
 
     @property
     def index(self) -> ShardedIndex:
@@ -140,6 +157,8 @@ class AsyncMemoryStore:
             hnsw_ef_search=s.hnsw_ef_search,
         )
         self._ledger, self._replica = ledger, IndexReplica(ledger, index, s)
+        self._writer = RecordWriter(ledger, self._replica, s)
+        self._reader = RecallReader(ledger, self._replica, s, self._record_usage)
         if check_embedder:
             self.replica.open()
         else:
@@ -158,6 +177,7 @@ class AsyncMemoryStore:
         self.replica.persist(force=True)
         self.ledger.close()
         self._ledger = self._replica = None
+        self._writer = self._reader = None
 
     async def __aenter__(self) -> AsyncMemoryStore:
         return await self.open()
@@ -186,6 +206,7 @@ class AsyncMemoryStore:
         created_at: float | None = None,
         supersedes: str | None = None,
         check_conflicts: bool = True,
+        on_conflict: OnConflict = "supersede",
     ) -> str:
         """Store one memory; returns its id (an existing id when it is a duplicate)."""
         ids = await self.add_many(
@@ -201,6 +222,7 @@ class AsyncMemoryStore:
             created_at=None if created_at is None else [created_at],
             check_conflicts=check_conflicts,
             supersedes=supersedes,
+            on_conflict=on_conflict,
         )
         return ids[0]
 
@@ -220,13 +242,16 @@ class AsyncMemoryStore:
         check_conflicts: bool = True,
         supersedes: str | None = None,
         vectors: Vectors | None = None,
+        on_conflict: OnConflict = "supersede",
+        mentions: int = 1,
     ) -> list[str]:
         """Store many memories of one scope in one transaction (all or nothing).
 
-        Texts are redacted first; a text that is nothing but a secret raises
-        :class:`RedactedError` and nothing is written. With ``check_conflicts`` an exact or
-        near duplicate returns the existing id, and a close but different statement of the
-        same type supersedes the older record. ``vectors`` skips embedding (benchmarks).
+        Texts and evidence ids are redacted first; a text that is nothing but a secret
+        raises :class:`RedactedError` and nothing is written. With ``check_conflicts`` an
+        exact or near duplicate returns the existing id (and may confirm it), and a record
+        stating the same subject with a new value supersedes the older one unless
+        ``on_conflict="keep"`` (see ``memory.writer``). ``vectors`` skips embedding.
         """
         scope = Scope(user_id, agent_id, session_id)
         mtype, msource = MemoryType(type), MemorySource(source)
@@ -242,6 +267,7 @@ class AsyncMemoryStore:
         vecs = vectors if vectors is not None else await self.embedder.embed(clean)
         now = time.time()
         base_weight = self.settings.default_weight if weight is None else weight
+        proofs = [redact(e)[0] for e in evidence or []]
         items = [
             NewRecord(
                 scope=scope,
@@ -250,81 +276,63 @@ class AsyncMemoryStore:
                 source=msource,
                 confidence=confidence,
                 weight=base_weight,
-                evidence=list(evidence or []),
+                evidence=list(proofs),
                 fingerprint=fingerprint(t),
                 created_at=created_at[i] if created_at is not None else now,
+                mentions=mentions,
             )
             for i, t in enumerate(clean)
         ]
+        vec_arr = np.asarray(vecs, dtype=np.float32)
+        if self._write_lock.locked() and _WRITE_BACK_OWNER.get() is self:
+            return await self._write(items, vec_arr, check_conflicts, supersedes, on_conflict)
         async with self._write_lock:
-            return await asyncio.to_thread(
-                self._add_sync,
-                items,
-                np.asarray(vecs, dtype=np.float32),
-                check_conflicts,
-                supersedes,
+            return await self._write(items, vec_arr, check_conflicts, supersedes, on_conflict)
+
+    async def _write(
+        self,
+        items: list[NewRecord],
+        vecs: Vectors,
+        check: bool,
+        supersedes: str | None,
+        on_conflict: OnConflict,
+    ) -> list[str]:
+        """Run the writer in a thread; the caller holds ``_write_lock``."""
+
+        def run() -> list[str]:
+            self._flush_usage()
+            return self.writer.add(
+                items, vecs, check=check, supersedes=supersedes, on_conflict=on_conflict
             )
 
-    def _add_sync(
-        self, items: list[NewRecord], vecs: Vectors, check: bool, supersedes: str | None
-    ) -> list[str]:
-        self._flush_usage()
-        self.replica.catch_up()
-        s, ledger = self.settings, self.ledger
-        result: list[str | None] = [None] * len(items)
-        new_items: list[NewRecord] = []
-        new_vecs: list[Vectors] = []
-        replaced: list[tuple[Record, int]] = []  # (old record, index into new_items)
-        batch_fp: dict[str, int] = {}
-        for i, (item, vec) in enumerate(zip(items, vecs, strict=True)):
-            if check:
-                dup = ledger.by_fingerprint(item.scope.user_id, item.fingerprint)
-                if dup is None and item.fingerprint in batch_fp:
-                    result[i] = f"@{batch_fp[item.fingerprint]}"
-                    continue
-                old, sim = self._closest(item.scope, vec)
-                if (
-                    dup is None
-                    and old is not None
-                    and sim >= s.duplicate_similarity
-                    and same_content(old.text, item.text)
-                ):
-                    dup = old
-                if dup is not None:
-                    ledger.bump_mentions(dup.id, weight=item.weight)
-                    result[i] = dup.id
-                    continue
-                if old is not None and sim >= s.supersede_similarity and old.type == item.type:
-                    replaced.append((old, len(new_items)))
-            batch_fp[item.fingerprint] = len(new_items)
-            result[i] = f"@{len(new_items)}"
-            new_items.append(item)
-            new_vecs.append(vec)
-        if supersedes is not None and new_items:
-            target = ledger.get(supersedes)
-            if target is None or target.user_id != items[0].scope.user_id:
-                raise NotFoundError(f"no record {supersedes} for this user")
-            if target.superseded_by is None:
-                replaced.append((target, 0))
-        inserted = ledger.insert(new_items, np.stack(new_vecs)) if new_items else []
-        for old, j in replaced:
-            if old.superseded_by is None:
-                ledger.supersede(old, inserted[j][0])
-                logger.info("%s supersedes %s", inserted[j][0], old.id)
-        self.replica.catch_up()
-        self.replica.persist()
-        out = [r if r and not r.startswith("@") else inserted[int(r[1:])][0] for r in result if r]
-        return out
+        return await asyncio.to_thread(run)
 
-    def _closest(self, scope: Scope, vec: Vectors) -> tuple[Record | None, float]:
-        hits = self.index.search(shard_name(scope.user_id), vec[None, :], 3)
-        if not hits:
-            return None, 0.0
-        recs = self.ledger.by_rowids([h[0] for h in hits], Scope(scope.user_id))
-        for rowid, sim in hits:
-            if rowid in recs:
-                return recs[rowid], sim
-        return None, 0.0
+    async def verify(
+        self,
+        record_id: str,
+        *,
+        user_id: str,
+        evidence: Sequence[str] | None = None,
+        by_user: bool = False,
+    ) -> Record:
+        """The verification path by hand: ``evidence`` (tool result ids) or the user
+        (``by_user``) confirm a record; it gains trust and a ``confirmed`` history event."""
+        if not evidence and not by_user:
+            raise ValueError("verify needs evidence or by_user=True")
+        await self.open()
+        proofs = [redact(e)[0] for e in evidence or []] + ([USER_CONFIRMED] if by_user else [])
+
+        def run() -> None:
+            with self.ledger.write() as tx:
+                rec = tx.get(record_id)
+                if rec is None or rec.user_id != user_id:
+                    raise NotFoundError(f"no record {record_id} for this user")
+                what = "the user" if by_user else "evidence " + ", ".join(proofs[:4])
+                tx.confirm(rec, proofs, 1.0 if by_user else rec.confidence, f"confirmed by {what}")
+
+        async with self._write_lock:
+            await asyncio.to_thread(run)
+        return await self.get(record_id, user_id=user_id)
 
     async def forget(self, record_id: str, *, user_id: str) -> list[str]:
         """Delete a record and the older versions it superseded, from ledger and index."""
@@ -333,11 +341,12 @@ class AsyncMemoryStore:
             return await asyncio.to_thread(self._forget_sync, record_id, user_id)
 
     def _forget_sync(self, record_id: str, user_id: str) -> list[str]:
-        rec = self.ledger.get(record_id)
-        if rec is None or rec.user_id != user_id:
-            raise NotFoundError(f"no record {record_id} for this user")
-        doomed = [rec, *self.ledger.predecessors(rec.id)]
-        self.ledger.delete(doomed)
+        with self.ledger.write() as tx:
+            rec = tx.get(record_id)
+            if rec is None or rec.user_id != user_id:
+                raise NotFoundError(f"no record {record_id} for this user")
+            doomed = [rec, *self.ledger.predecessors(rec.id)]
+            tx.delete(doomed)
         self.replica.catch_up()
         self.replica.persist()
         return [r.id for r in doomed]
@@ -346,8 +355,17 @@ class AsyncMemoryStore:
         self, text: str, *, user_id: str, min_similarity: float = 0.55
     ) -> list[str]:
         """Forget every record of the user that matches ``text`` well (a forget request)."""
+        async with self._write_lock:
+            return await self._forget_matching(text, user_id, min_similarity)
+
+    async def _forget_matching(self, text: str, user_id: str, min_similarity: float) -> list[str]:
         rec = await self.recall(
-            text, user_id=user_id, budget_tokens=10**9, threshold=-math.inf, max_items=10**6
+            text,
+            user_id=user_id,
+            budget_tokens=10**9,
+            threshold=-math.inf,
+            max_items=10**6,
+            include_unverified=True,
         )
         doomed = [
             c.id
@@ -357,7 +375,7 @@ class AsyncMemoryStore:
         out: list[str] = []
         for rid in doomed:
             try:
-                out += await self.forget(rid, user_id=user_id)
+                out += await asyncio.to_thread(self._forget_sync, rid, user_id)
             except NotFoundError:
                 continue  # already gone with an earlier chain
         return out
@@ -386,10 +404,36 @@ class AsyncMemoryStore:
         session_id: str | None = None,
         distill: bool = True,
     ) -> list[WriteResult]:
-        """Offer a finished turn to the promotion gate (see ``memory.writeback``)."""
-        return await apply_turn(
-            self, turn, user_id=user_id, agent_id=agent_id, session_id=session_id, distill=distill
+        """Offer a finished turn to the promotion gate: ``memory.writeback`` plans, the store
+        carries the plan out under its write lock (one proposal after the other)."""
+        scope = Scope(user_id, agent_id, session_id)
+        turn = redact_turn(turn)  # secrets never reach the model, the embedder or the ledger
+        distilled: list[DistilledMemory] = []
+        if distill and self.model is not None:
+            try:
+                distilled = await self.model.distill(turn)
+            except ModelError as exc:
+                logger.warning("distillation failed, using rules only: %s", exc)
+        s = self.settings
+        proposals = plan_turn(
+            turn,
+            distilled=distilled,
+            explicit_weight=s.explicit_weight,
+            unsupported_weight=s.unsupported_weight,
         )
+        await self.open()
+        results: list[WriteResult] = []
+        async with self._write_lock:
+            token = _WRITE_BACK_OWNER.set(self)
+            try:
+                for p in proposals:
+                    try:
+                        results.append(await execute(self, p, scope))
+                    except RejectedError as exc:
+                        results.append(WriteResult("rejected", reason=str(exc), text=p.text))
+            finally:
+                _WRITE_BACK_OWNER.reset(token)
+        return results
 
     # --- reads ---------------------------------------------------------------------------
     async def recall(
@@ -405,8 +449,10 @@ class AsyncMemoryStore:
         threshold: float | None = None,
         max_items: int | None = None,
         now: float | None = None,
+        include_unverified: bool = False,
     ) -> Recall:
-        """The four gates: query -> hybrid recall -> re-scoring -> packing."""
+        """The four gates: query -> hybrid recall -> re-scoring -> packing. Records below
+        the trust floor (unverified ones) are left out unless ``include_unverified``."""
         scope = Scope(user_id, agent_id, session_id)
         await self.open()
         timings: dict[str, float] = {}
@@ -418,8 +464,9 @@ class AsyncMemoryStore:
             except ModelError as exc:
                 logger.warning("query rewrite failed, using the message as is: %s", exc)
         timings["rewrite"] = (time.perf_counter() - t0) * 1e3
+        reader = self.reader
         # Gate 2's keyword side needs no embedding: it runs while the query is embedded.
-        keyword = asyncio.create_task(asyncio.to_thread(self._keyword_sync, scope, q, mode))
+        keyword = asyncio.create_task(asyncio.to_thread(reader.keyword, scope, q, mode))
         t1 = time.perf_counter()
         try:
             vec = (await self.embedder.embed([q]))[0]
@@ -428,120 +475,63 @@ class AsyncMemoryStore:
             kw_hits, timings["keyword"] = await keyword
         budget = self.settings.budget_tokens if budget_tokens is None else budget_tokens
         return await asyncio.to_thread(
-            self._recall_sync,
-            scope,
-            q,
-            vec,
-            kw_hits,
-            mode,
-            budget,
-            task,
-            threshold,
-            max_items,
-            now,
-            timings,
-            t0,
-        )
-
-    def _keyword_sync(
-        self, scope: Scope, q: str, mode: RecallMode
-    ) -> tuple[dict[int, float], float]:
-        """FTS5 side of gate 2: (rowid -> bm25, milliseconds)."""
-        t = time.perf_counter()
-        s, ledger = self.settings, self.ledger
-        if mode == "vector" or s.keyword_k <= 0:
-            return {}, 0.0
-        self.replica.catch_up(blocking=False)
-        terms = query_terms(q)
-        n_docs = len(self.index)
-        if terms and n_docs >= s.keyword_min_df_records:
-            stems = stem_terms(terms)
-            terms = prune_terms(
-                terms,
-                ledger.doc_freq(list(stems.values())),
-                stems,
-                n_docs,
-                s.keyword_max_df,
-                s.keyword_posting_budget,
+            functools.partial(
+                reader.recall,
+                scope,
+                q,
+                vec,
+                kw_hits,
+                mode=mode,
+                budget=budget,
+                task=task,
+                threshold=threshold,
+                max_items=max_items,
+                now=now,
+                include_unverified=include_unverified,
+                timings=timings,
+                t0=t0,
             )
-        hits = dict(ledger.keyword(scope, terms, s.keyword_k))
-        return hits, (time.perf_counter() - t) * 1e3
-
-    def _recall_sync(
-        self,
-        scope: Scope,
-        q: str,
-        vec: Vectors,
-        kw_hits: dict[int, float],
-        mode: RecallMode,
-        budget: int,
-        task: str | None,
-        threshold: float | None,
-        max_items: int | None,
-        now: float | None,
-        timings: dict[str, float],
-        t0: float,
-    ) -> Recall:
-        s, ledger = self.settings, self.ledger
-        self.replica.catch_up(blocking=False)
-        t = time.perf_counter()
-        vec_hits: dict[int, float] = {}
-        if mode != "keyword":
-            vec_hits = dict(self.index.search(shard_name(scope.user_id), vec[None, :], s.vector_k))
-        timings["vector"] = (time.perf_counter() - t) * 1e3
-        t = time.perf_counter()
-        records = ledger.by_rowids(list(vec_hits.keys() | kw_hits.keys()), scope)
-        missing = [r for r in records if r not in vec_hits and mode != "keyword"]
-        for rowid, v in ledger.vectors(missing, self.index.dim).items():
-            vec_hits[rowid] = float(np.dot(v, vec))
-        best_kw = max(kw_hits.values(), default=0.0)
-        candidates = []
-        for rowid, rec in records.items():
-            c = Candidate(record=rec, similarity=vec_hits.get(rowid, 0.0))
-            if rowid in kw_hits and best_kw > 0:
-                c.keyword = kw_hits[rowid] / best_kw
-                c.via.add("keyword")
-            if rowid in vec_hits:
-                c.via.add("vector")
-            candidates.append(c)
-        settings = s if mode != "keyword" else s.model_copy(update={"w_keyword": 1.0})
-        scored = score_candidates(
-            candidates, settings, task_type=type_for_task(task or q), now=now, threshold=threshold
         )
-        items, block, tokens = pack(scored, budget, max_items=max_items or s.max_items)
-        timings["score_pack"] = (time.perf_counter() - t) * 1e3
+
+    def _record_usage(self, items: list[Candidate]) -> None:
         ts = time.time()
         with self._usage_lock:
             for c in items:
                 hits, _ = self._usage.get(c.record.rowid, (0, 0.0))
                 self._usage[c.record.rowid] = (hits + 1, ts)
-        timings["total"] = (time.perf_counter() - t0) * 1e3
-        return Recall(q, items, block, scored, tokens, timings)
 
     async def get(self, record_id: str, *, user_id: str) -> Record:
+        """One record of this user, with its trust events."""
         await self.open()
         rec = await asyncio.to_thread(self.ledger.get, record_id)
         if rec is None or rec.user_id != user_id:
             raise NotFoundError(f"no record {record_id} for this user")
+        rec.events = (await asyncio.to_thread(self.ledger.events, [rec.id])).get(rec.id, [])
         return rec
 
-    async def history(self, record_id: str, *, user_id: str | None = None) -> list[Record]:
-        """The supersede chain through ``record_id``, oldest first (audit trail)."""
+    async def history(self, record_id: str, *, user_id: str) -> list[Record]:
+        """The supersede chain through ``record_id``, oldest first, each version with its
+        trust events (confirmed / contradicted): the audit trail. Scoped to ``user_id``."""
+        if not user_id:
+            raise ScopeError("user_id is required")
         await self.open()
         return await asyncio.to_thread(self._history_sync, record_id, user_id)
 
-    def _history_sync(self, record_id: str, user_id: str | None) -> list[Record]:
+    def _history_sync(self, record_id: str, user_id: str) -> list[Record]:
         rec = self.ledger.get(record_id)
-        if rec is None or (user_id is not None and rec.user_id != user_id):
-            raise NotFoundError(f"no record {record_id}")
+        if rec is None or rec.user_id != user_id:
+            raise NotFoundError(f"no record {record_id} for this user")
         newest, seen = rec, {rec.id}
         while newest.superseded_by and newest.superseded_by not in seen:
             nxt = self.ledger.get(newest.superseded_by)
-            if nxt is None:
+            if nxt is None or nxt.user_id != user_id:
                 break
             seen.add(nxt.id)
             newest = nxt
-        chain = [newest, *self.ledger.predecessors(newest.id)]
+        chain = [r for r in [newest, *self.ledger.predecessors(newest.id)] if r.user_id == user_id]
+        events = self.ledger.events([r.id for r in chain])
+        for r in chain:
+            r.events = events.get(r.id, [])
         return sorted(chain, key=lambda r: (r.created_at, r.rowid))
 
     async def stats(self) -> dict[str, Any]:

@@ -131,11 +131,14 @@ class MemoryStore:
     def forget_matching(self, text: str, *, user_id: str, **kw: Any) -> list[str]:
         return self._run(self.aio.forget_matching(text, user_id=user_id, **kw))
 
-    def history(self, record_id: str, *, user_id: str | None = None) -> list[Record]:
+    def history(self, record_id: str, *, user_id: str) -> list[Record]:
         return self._run(self.aio.history(record_id, user_id=user_id))
 
     def get(self, record_id: str, *, user_id: str) -> Record:
         return self._run(self.aio.get(record_id, user_id=user_id))
+
+    def verify(self, record_id: str, *, user_id: str, **kw: Any) -> Record:
+        return self._run(self.aio.verify(record_id, user_id=user_id, **kw))
 
     def write_back(self, turn: Turn, *, user_id: str, **kw: Any) -> list[WriteResult]:
         return self._run(self.aio.write_back(turn, user_id=user_id, **kw))

@@ -8,7 +8,9 @@ passes it, so a tool call cannot reach another user's memory.
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import jsonschema
@@ -17,7 +19,15 @@ from memory.exceptions import LoopstackMemoryError, RejectedError
 from memory.records import MemorySource, MemoryType
 from memory.store import AsyncMemoryStore
 
-__all__ = ["RECALL_MEMORY", "SAVE_MEMORY", "TOOLS", "MemoryTool", "call_tool", "memory_tools"]
+__all__ = [
+    "RECALL_MEMORY",
+    "SAVE_MEMORY",
+    "TOOLS",
+    "ConfirmUserSaid",
+    "MemoryTool",
+    "call_tool",
+    "memory_tools",
+]
 
 RECALL_MEMORY: dict[str, Any] = {
     "type": "function",
@@ -81,7 +91,8 @@ SAVE_MEMORY: dict[str, Any] = {
                 },
                 "user_said_it": {
                     "type": "boolean",
-                    "description": "True only when the user stated this themselves.",
+                    "description": "True only when the user stated this themselves; the host "
+                    "confirms it before the memory counts as said by the user.",
                 },
             },
             "required": ["text"],
@@ -102,11 +113,19 @@ async def call_tool(
     user_id: str,
     agent_id: str | None = None,
     session_id: str | None = None,
+    confirm_user_said: ConfirmUserSaid | None = None,
+    trust_user_said: bool = False,
 ) -> str:
     """Run a memory tool call; returns the text to hand back to the model as the result.
 
     Invalid arguments and refused writes come back as an ``error: ...`` string (the model
     can correct itself); scope errors and storage failures raise.
+
+    ``save_memory``'s ``user_said_it`` is the model's claim, not a fact: the record is only
+    stored as said by the user when the host confirms it, through ``confirm_user_said(text)``
+    (sync or async, e.g. checking the text against the user's messages or asking the user)
+    or by passing ``trust_user_said=True``. Without either (the default) the claim is
+    ignored and the record is kept as unverified unless it cites evidence.
     """
     tool = _BY_NAME.get(name)
     if tool is None:
@@ -127,14 +146,9 @@ async def call_tool(
         )
         return rec.block or "No relevant memories."
     evidence = list(args.get("evidence", []))
-    explicit = bool(args.get("user_said_it", False))
-    source = (
-        MemorySource.USER_EXPLICIT
-        if explicit
-        else MemorySource.TASK
-        if evidence
-        else MemorySource.INFERRED
-    )
+    claimed = bool(args.get("user_said_it", False))
+    explicit = claimed and await _host_confirms(args["text"], confirm_user_said, trust_user_said)
+    source = MemorySource.USER_EXPLICIT if explicit else MemorySource.TASK
     settings = store.settings
     weight = settings.default_weight if explicit or evidence else settings.unsupported_weight
     try:
@@ -153,8 +167,25 @@ async def call_tool(
         return f"error: not saved: {exc}"
     except LoopstackMemoryError:
         raise
-    note = "" if explicit or evidence else " (no evidence given: kept with low weight)"
+    note = "" if explicit or evidence else " (no evidence given: kept as unverified, low weight)"
+    if claimed and not explicit:
+        note += " (user_said_it not confirmed by the host: not stored as the user's words)"
     return f"saved as {rid}{note}"
+
+
+ConfirmUserSaid = Callable[[str], Awaitable[bool] | bool]
+
+
+async def _host_confirms(text: str, confirm: ConfirmUserSaid | None, trust: bool) -> bool:
+    """Whether the host vouches that the user said ``text`` (default: no)."""
+    if trust:
+        return True
+    if confirm is None:
+        return False
+    answer = confirm(text)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return bool(answer)
 
 
 class MemoryTool:
@@ -171,6 +202,7 @@ class MemoryTool:
         user_id: str,
         agent_id: str | None = None,
         session_id: str | None = None,
+        confirm_user_said: ConfirmUserSaid | None = None,
     ) -> None:
         fn = _BY_NAME[name]["function"]
         self.name: str = fn["name"]
@@ -178,9 +210,16 @@ class MemoryTool:
         self.parameters: dict[str, Any] = fn["parameters"]
         self._store = store
         self._scope = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
+        self._confirm = confirm_user_said
 
     async def call(self, arguments: dict[str, Any]) -> str:
-        return await call_tool(self._store, self.name, arguments, **self._scope)  # type: ignore[arg-type]
+        return await call_tool(
+            self._store,
+            self.name,
+            arguments,
+            confirm_user_said=self._confirm,
+            **self._scope,  # type: ignore[arg-type]
+        )
 
 
 def memory_tools(
@@ -189,11 +228,18 @@ def memory_tools(
     user_id: str,
     agent_id: str | None = None,
     session_id: str | None = None,
+    confirm_user_said: ConfirmUserSaid | None = None,
 ) -> list[MemoryTool]:
-    """``recall_memory`` and ``save_memory`` bound to one user's scope."""
+    """``recall_memory`` and ``save_memory`` bound to one user's scope. ``save_memory`` marks a
+    record as said by the user only when ``confirm_user_said`` (the host) agrees."""
     return [
         MemoryTool(
-            store, t["function"]["name"], user_id=user_id, agent_id=agent_id, session_id=session_id
+            store,
+            t["function"]["name"],
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            confirm_user_said=confirm_user_said,
         )
         for t in TOOLS
     ]

@@ -12,115 +12,35 @@ The promotion gate (``plan_turn``) turns one finished turn into proposals:
 * a forget request ("don't remember my card number") - deletes matching records;
 * anything the optional model distilled (``memory.llm``), through the same rules.
 
-``redact`` runs on every text before it is embedded, stored or sent to the model.
+``redact`` (``memory.redaction``) runs on every text and evidence id before it is embedded,
+stored or sent to the model. This module only plans (pure functions, no I/O);
+``AsyncMemoryStore.write_back`` carries the plan out under its write lock
+(``memory.execution``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import re
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Literal
 
-from memory.exceptions import ModelError, RedactedError, RejectedError
-from memory.records import DistilledMemory, MemorySource, MemoryType, Turn, WriteResult
-
-if TYPE_CHECKING:
-    from memory.store import AsyncMemoryStore
+from memory.records import DistilledMemory, MemorySource, MemoryType, Turn
+from memory.redaction import only_redactions, redact
 
 __all__ = [
     "Proposal",
-    "apply_turn",
+    "ProposalKind",
+    "conflicting_value",
     "fingerprint",
     "forget_request",
+    "only_redactions",
     "plan_turn",
     "redact",
+    "redact_turn",
+    "same_content",
 ]
 
-logger = logging.getLogger(__name__)
-
-# --- redaction ---------------------------------------------------------------------------
-
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
-_SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("api_key", re.compile(r"\b(?:sk|pk|rk)-(?:[A-Za-z0-9_-]{2,}-)?[A-Za-z0-9_-]{16,}\b")),
-    ("api_key", re.compile(r"\b(?:ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{20,}\b")),
-    ("api_key", re.compile(r"\bAKIA[0-9A-Z]{16}\b")),
-    ("api_key", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b")),
-    ("api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b")),
-    (
-        "private_key",
-        re.compile(
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"
-        ),
-    ),
-    (
-        "password",
-        re.compile(
-            r"(?i)\b(pass(?:word|wd|phrase)?|pwd|pin(?: code)?|secret|token|api[ _-]?key)"
-            r"(\s*(?:is|was|=|:)\s*)([\"']?)(\S{3,})\3"
-        ),
-    ),
-    (
-        "password",
-        # "password hunter2!": a bare value right after the word, if it looks like one
-        re.compile(r"(?i)\b(pass(?:word|wd|phrase)?|pwd)(\s+)()(?=\S*[^\sA-Za-z])(\S{4,})"),
-    ),
-    ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,3})?\b")),
-]
-
-
-def _luhn_ok(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2 == 1:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-def redact(text: str) -> tuple[str, list[str]]:
-    """Replace obvious secrets with ``[REDACTED:<kind>]``; returns (text, kinds found).
-
-    Card numbers are matched by shape (13-19 digits, spaces/dashes allowed) *and* the Luhn
-    checksum, so ordinary long numbers survive.
-    """
-    kinds: list[str] = []
-
-    def card(m: re.Match[str]) -> str:
-        digits = re.sub(r"\D", "", m.group(0))
-        if 13 <= len(digits) <= 19 and _luhn_ok(digits):
-            kinds.append("card_number")
-            return "[REDACTED:card_number]"
-        return m.group(0)
-
-    out = _CARD.sub(card, text)
-    for kind, pattern in _SECRET_PATTERNS:
-        if kind == "password":
-
-            def pw(m: re.Match[str]) -> str:
-                kinds.append("password")
-                return f"{m.group(1)}{m.group(2)}[REDACTED:password]"
-
-            out = pattern.sub(pw, out)
-        else:
-            new = pattern.sub(f"[REDACTED:{kind}]", out)
-            if new != out:
-                kinds.append(kind)
-            out = new
-    return out, kinds
-
-
-def only_redactions(text: str) -> bool:
-    """True when, without the redaction markers, no real content is left."""
-    rest = re.sub(r"\[REDACTED:[a-z_]+\]", " ", text)
-    words = re.findall(r"[^\W_]{2,}", rest)
-    return len(words) < 2
-
+ProposalKind = Literal["explicit", "correction", "conclusion", "observation", "distilled", "forget"]
 
 # --- fingerprints ------------------------------------------------------------------------
 
@@ -144,6 +64,38 @@ def same_content(a: str, b: str) -> bool:
     return len(diff) <= 2 and not any(ch.isdigit() for w in diff for ch in w)
 
 
+_NEGATIONS = frozenset({"not", "no", "never", "don", "t", "doesn", "isn", "aren", "won", "didn"})
+_FRAME_SKIP = frozenset({"a", "an", "the", "is", "are", "was", "to", "of", "in", "at", "on"})
+
+
+def conflicting_value(old: str, new: str, *, max_value_words: int = 4) -> bool:
+    """The supersede rule's test: same subject, different value.
+
+    Both texts share a *frame* (their common leading and trailing words) with at least two
+    words, one of them a content word, and differ only in one span of at most
+    ``max_value_words`` words on each side, no longer than the frame ("My sister lives in
+    Paris" / "... in Tokyo", "Standup is at 9am" / "... at 10am"), or by a negation alone
+    ("I eat meat" / "I don't eat meat"). A mere addition ("... at 10am daily") is no
+    conflict, and neither are two statements about different things.
+    """
+    a, b = fingerprint(old).split(), fingerprint(new).split()
+    if a == b:
+        return False
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    q = 0
+    while q < min(len(a), len(b)) - p and a[-1 - q] == b[-1 - q]:
+        q += 1
+    da, db = a[p : len(a) - q], b[p : len(b) - q]
+    frame = a[:p] + a[len(a) - q :]
+    if len(frame) < 2 or not [w for w in frame if w not in _FRAME_SKIP]:
+        return False
+    if not da or not db:  # one side only adds words: a negation flips the value
+        return bool(set(da or db) & _NEGATIONS) and len(da or db) <= 2
+    return max(len(da), len(db)) <= min(max_value_words, len(frame))
+
+
 # --- detectors ---------------------------------------------------------------------------
 
 _EXPLICIT = re.compile(
@@ -154,11 +106,47 @@ _CORRECTION = re.compile(
     r"(?i)^\s*(?:actually|correction|no|nope|wrong|i meant|to correct myself|that'?s not right)"
     r"\b[\s,:;.!-]*(?:it'?s\s+|it is\s+)?(?P<body>.+)"
 )
-_FORGET = re.compile(
-    r"(?i)\b(?:don'?t|do not|never)\s+(?:remember|store|keep|save)\s+(?P<a>.+)"
-    r"|\bforget\s+(?:about\s+)?(?:that\s+)?(?P<b>.+)"
-    r"|\b(?:delete|remove|erase)\s+(?:the\s+)?(?:memory|memories)\s+(?:of|about)\s+(?P<c>.+)"
+# A forget request is an imperative to the assistant, at the start of a sentence (after
+# "please", "can you", "I want you to", ...): "forget X", "don't remember/store X",
+# "delete the memory of X", "remove X from your memory". Never "don't forget X", "I forgot",
+# "forget to ...", "forget it", "I don't remember ...": see docs/memory.md.
+_LEAD_IN = (
+    r"^(?:(?:please|pls|kindly|ok(?:ay)?|hey|hi|so|and|also|now|oh|just|actually|alright)"
+    r"\b[,!\s]*)*"
+    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?"
+    r"|i(?:\s+want|\s+need|\s+would\s+like|'d\s+like)\s+you\s+to\s+"
+    r"|you\s+(?:can|should|may|must|need\s+to)\s+(?:now\s+)?)?(?:please\s+|just\s+)?"
 )
+_STORE_OBJECT = r"(?=(?:my|that|this|it|anything|any|what|those|these|the\s+fact)\b)"
+_FORGET = [
+    re.compile(
+        _LEAD_IN + r"forget\s+(?!to\b|(?:it|that|this)\s*(?:[,.!?;]|$))"
+        r"(?:all\s+)?(?:about\s+)?(?:the\s+fact\s+)?(?:that\s+)?(?P<body>.+)",
+        re.I,
+    ),
+    re.compile(
+        _LEAD_IN + r"(?:don'?t|do\s+not|never|stop)\s+(?:remember(?:ing)?\s+"
+        r"|(?:stor|sav|keep|record|track)(?:e|ing)?\s+" + _STORE_OBJECT + r")(?P<body>.+)",
+        re.I,
+    ),
+    re.compile(
+        _LEAD_IN + r"(?:delete|remove|erase|wipe|purge|clear|drop)\s+(?:all\s+)?"
+        r"(?:the\s+|my\s+|your\s+|any\s+)?(?:memory|memories|notes?|records?)\s+"
+        r"(?:of|about|on|for|saying|that)\s+(?P<body>.+)",
+        re.I,
+    ),
+    re.compile(
+        _LEAD_IN + r"(?:delete|remove|erase|wipe|purge|clear|drop)\s+(?P<body>.+?)\s+"
+        r"(?:from|out\s+of)\s+(?:your\s+|the\s+|my\s+)?memor(?:y|ies)\b",
+        re.I,
+    ),
+    re.compile(
+        _LEAD_IN + r"(?:delete|remove|erase|wipe|purge|clear|forget)\s+(?:what|everything|"
+        r"anything|all)\s+(?:that\s+)?you\s+(?:know|remember|stored|saved|have(?:\s+stored|"
+        r"\s+saved|\s+on\s+file)?)\s+(?:about|on|regarding)\s+(?P<body>.+)",
+        re.I,
+    ),
+]
 _SELF = re.compile(
     r"(?i)^(?:i\s+(?:am|'m|live|work|have|prefer|like|love|hate|use|own|was born|moved)|"
     r"my\s+\w+|we\s+(?:use|prefer|always|never))\b"
@@ -190,13 +178,17 @@ def correction(message: str) -> str | None:
 
 
 def forget_request(message: str) -> str | None:
-    """What the user asked to forget, or None."""
-    m = _FORGET.search(message)
-    if not m:
-        return None
-    body = m.group("a") or m.group("b") or m.group("c") or ""
-    body = re.sub(r"(?i)^(?:my|the|that|this|about)\s+", "", body.strip().strip(" .!"))
-    return body or None
+    """What the user explicitly asked to forget, or None (see ``_FORGET``)."""
+    for sentence in re.split(r"(?<=[.!?;])\s+|\n+", message.strip()):
+        for pattern in _FORGET:
+            m = pattern.match(sentence.strip())
+            if m is None:
+                continue
+            body = re.sub(r"(?i)^(?:my|the|that|this|about)\s+", "", m.group("body"))
+            body = body.strip().strip(" .!?")
+            if body and body.lower() not in {"it", "that", "this", "everything", "me"}:
+                return body
+    return None
 
 
 def self_statements(message: str) -> list[str]:
@@ -221,7 +213,7 @@ def claims_fact(text: str) -> bool:
 class Proposal:
     """One thing the gate wants done."""
 
-    kind: str  # explicit | correction | conclusion | observation | distilled | forget
+    kind: ProposalKind
     text: str
     type: MemoryType = MemoryType.FACT
     source: MemorySource = MemorySource.USER_EXPLICIT
@@ -229,6 +221,16 @@ class Proposal:
     evidence: list[str] = field(default_factory=list)
     supersede: bool = False
     weight: float | None = None
+
+
+def redact_turn(turn: Turn) -> Turn:
+    """The turn with every text and evidence id redacted."""
+    return Turn(
+        user_message=redact(turn.user_message)[0],
+        assistant_message=redact(turn.assistant_message)[0],
+        task_conclusion=None if turn.task_conclusion is None else redact(turn.task_conclusion)[0],
+        evidence=[redact(e)[0] for e in turn.evidence],
+    )
 
 
 def plan_turn(
@@ -289,123 +291,3 @@ def plan_turn(
             )
         )
     return out
-
-
-# --- executing the plan ------------------------------------------------------------------
-
-_OBSERVATION_MATCH = 0.9
-
-
-async def apply_turn(
-    store: AsyncMemoryStore,
-    turn: Turn,
-    *,
-    user_id: str,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    distill: bool = True,
-) -> list[WriteResult]:
-    """Run the promotion gate on ``turn`` and carry out its decisions on ``store``."""
-    s = store.settings
-    # Secrets never reach the model, the embedder or the ledger.
-    turn = Turn(
-        user_message=redact(turn.user_message)[0],
-        assistant_message=redact(turn.assistant_message)[0],
-        task_conclusion=None if turn.task_conclusion is None else redact(turn.task_conclusion)[0],
-        evidence=list(turn.evidence),
-    )
-    distilled: list[DistilledMemory] = []
-    if distill and store.model is not None:
-        try:
-            distilled = await store.model.distill(turn)
-        except ModelError as exc:
-            logger.warning("distillation failed, using rules only: %s", exc)
-    proposals = plan_turn(
-        turn,
-        distilled=distilled,
-        explicit_weight=s.explicit_weight,
-        unsupported_weight=s.unsupported_weight,
-    )
-    scope = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
-    results: list[WriteResult] = []
-    for p in proposals:
-        try:
-            results.append(await _carry_out(store, p, scope))
-        except RejectedError as exc:
-            results.append(WriteResult("rejected", reason=str(exc), text=p.text))
-    return results
-
-
-async def _carry_out(store: AsyncMemoryStore, p: Proposal, scope: dict[str, Any]) -> WriteResult:
-    s = store.settings
-    if p.kind == "forget":
-        gone = await store.forget_matching(p.text, user_id=scope["user_id"])
-        return WriteResult("forgotten", reason=f"{len(gone)} record(s)", text=p.text)
-    observe = p.kind == "observation" or (
-        p.kind == "distilled" and p.source == MemorySource.INFERRED and not p.evidence
-    )
-    if observe:
-        return await _observe(store, p, scope)
-    if p.kind == "correction":
-        old = await store.recall(p.text, **scope, threshold=-1e9, budget_tokens=10**9)
-        target = next((c for c in old.candidates if c.similarity >= 0.5), None)
-        rid = await store.add(
-            p.text,
-            **scope,
-            type=p.type,
-            source=p.source,
-            confidence=p.confidence,
-            evidence=p.evidence,
-            weight=p.weight,
-            check_conflicts=target is None,
-            supersedes=None if target is None else target.id,
-        )
-        sup = None if target is None else target.id
-        return WriteResult("superseded" if sup else "stored", rid, sup, "user correction", p.text)
-    rid = await store.add(
-        p.text,
-        **scope,
-        type=p.type,
-        source=p.source,
-        confidence=p.confidence,
-        evidence=p.evidence,
-        weight=s.default_weight if p.weight is None else p.weight,
-    )
-    why = (
-        "low weight: claims facts without evidence" if p.weight == s.unsupported_weight else p.kind
-    )
-    return WriteResult("stored", rid, reason=why, text=p.text)
-
-
-async def _observe(store: AsyncMemoryStore, p: Proposal, scope: dict[str, Any]) -> WriteResult:
-    """Count a sighting; promote to a record on the ``promote_after``-th one."""
-    s, user_id = store.settings, scope["user_id"]
-    text, kinds = redact(p.text)
-    if kinds and only_redactions(text):
-        raise RedactedError("nothing left after removing secrets")
-    await store.open()
-    vec = (await store.embedder.embed([text]))[0]
-    fp = fingerprint(text)
-    known = await asyncio.to_thread(store.ledger.by_fingerprint, user_id, fp)
-    if known is not None:
-        await store.add(text, **scope, type=known.type, source=known.source)
-        return WriteResult("duplicate", known.id, reason="already remembered", text=text)
-    for ofp, _otext, _count, ovec in await asyncio.to_thread(store.ledger.observations, user_id):
-        if ofp == fp or float(ovec @ vec) >= _OBSERVATION_MATCH:
-            fp = ofp
-            break
-    count = await asyncio.to_thread(
-        store.ledger.observe, user_id, fp, text, p.type, vec, time.time()
-    )
-    if count < s.promote_after:
-        return WriteResult("observed", reason=f"seen {count}/{s.promote_after} times", text=text)
-    await asyncio.to_thread(store.ledger.drop_observation, user_id, fp)
-    rid = await store.add(
-        text,
-        **scope,
-        type=p.type,
-        source=MemorySource.INFERRED,
-        confidence=0.7,
-        weight=s.default_weight,
-    )
-    return WriteResult("promoted", rid, reason=f"repeated {count} times", text=text)

@@ -7,13 +7,14 @@ import asyncio
 import contextvars
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -22,17 +23,39 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serving.admission import Admission
 from serving.chat import ChatService
 from serving.embeddings import MINILM_NAMES, EmbeddingService
-from serving.engine import Engine
-from serving.exceptions import (
-    AuthenticationFailed,
-    ModelNotFound,
-    Overloaded,
-    ServingError,
-)
+from serving.engine import Engine, session_key_var
+from serving.exceptions import ModelNotFound, Overloaded, ServingError, error_body
+from serving.limits import EdgeGuard, Limits, check_chat, check_completion, check_embeddings
 from serving.metrics import Metrics
 from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 
 logger = logging.getLogger(__name__)
+_ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "integer", "null"]},
+            },
+            "required": ["message", "type", "param", "code"],
+        }
+    },
+    "required": ["error"],
+}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"description": what, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
+    for status, what in [
+        (400, "Invalid request"),
+        (401, "Missing or wrong API key"),
+        (404, "Unknown model"),
+        (413, "Request body too large"),
+        (429, "Overloaded; see Retry-After"),
+    ]
+}
 trace_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="-")
 
 
@@ -42,6 +65,24 @@ class TraceIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.trace_id = trace_id_var.get()
         return True
+
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
+UNMATCHED_ROUTE = "unmatched"
+
+
+def request_id(headers: dict[bytes, bytes]) -> str:
+    """The client's ``x-request-id`` when it is a plain token, else a new id (bytes outside
+    ASCII or an overlong value are not echoed back into headers and logs)."""
+    raw = headers.get(b"x-request-id", b"").decode("latin-1")
+    return raw if _REQUEST_ID.fullmatch(raw) else uuid.uuid4().hex[:16]
+
+
+def route_label(scope: Scope) -> str:
+    """The matched route's template (bounded set), never the raw path."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED_ROUTE
 
 
 class TraceMiddleware:
@@ -55,8 +96,7 @@ class TraceMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        trace_id = headers.get(b"x-request-id", b"").decode() or uuid.uuid4().hex[:16]
+        trace_id = request_id(dict(scope.get("headers") or []))
         token = trace_id_var.set(trace_id)
         started = time.perf_counter()
         status = 500
@@ -72,11 +112,12 @@ class TraceMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            route = scope.get("path", "")
+            route = route_label(scope)
             elapsed = time.perf_counter() - started
             self.metrics.requests.labels(route=route, status=str(status)).inc()
             self.metrics.request_seconds.labels(route=route).observe(elapsed)
-            logger.info("%s %s -> %d in %.1f ms", scope.get("method"), route, status, elapsed * 1e3)
+            path = scope.get("path", "")[:200].encode("unicode_escape").decode()
+            logger.info("%s %s -> %d in %.1f ms", scope.get("method"), path, status, elapsed * 1e3)
             trace_id_var.reset(token)
 
 
@@ -90,22 +131,20 @@ class AppState:
     model_name: str
     api_key: str | None = None
     max_model_len: int | None = None
+    limits: Limits = field(default_factory=Limits)
 
 
 def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
     app = FastAPI(title="loopstack", version="0.1.0", lifespan=lifespan)
     app.state.loopstack = state
-    # A pure ASGI middleware: @app.middleware("http") would wrap `receive` and hide client
-    # disconnects from request.is_disconnected(), so aborts would never happen.
+    # Pure ASGI middlewares: @app.middleware("http") would wrap `receive` and hide client
+    # disconnects from request.is_disconnected(), so aborts would never happen. The last one
+    # added runs first: trace ids and metrics see every answer, the guard's 401/413 too.
+    app.add_middleware(
+        EdgeGuard, api_key=state.api_key, max_request_bytes=state.limits.max_request_bytes
+    )
     app.add_middleware(TraceMiddleware, metrics=state.metrics)
-
-    async def authorize(request: Request) -> None:
-        if state.api_key is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or token.strip() != state.api_key:
-            raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
+    limits = state.limits
 
     def check_model(name: str) -> None:
         if name != state.model_name:
@@ -130,33 +169,22 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
                 f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
                 for e in errors[:5]
             )
-        body = {
-            "error": {
-                "message": message,
-                "type": "invalid_request_error",
-                "param": ".".join(loc) or None,
-                "code": 400,
-            }
-        }
+        body = error_body(
+            message, type_="invalid_request_error", code=400, param=".".join(loc) or None
+        )
         return JSONResponse(body, status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        body = {
-            "error": {
-                "message": str(exc.detail),
-                "type": "invalid_request_error",
-                "param": None,
-                "code": exc.status_code,
-            }
-        }
-        return JSONResponse(body, status_code=exc.status_code)
+        body = error_body(str(exc.detail), type_="invalid_request_error", code=exc.status_code)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error")
-        body = {"error": {"message": "internal error", "type": "server_error", "code": 500}}
-        return JSONResponse(body, status_code=500)
+        return JSONResponse(
+            error_body("internal error", type_="server_error", code=500), status_code=500
+        )
 
     # -- routes -------------------------------------------------------------------------
     @app.get("/health")
@@ -171,7 +199,7 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
         ours = state.metrics.render().decode()
         return PlainTextResponse(ours + await state.engine.metrics_text())
 
-    @app.get("/v1/models", dependencies=[Depends(authorize)])
+    @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         now = int(time.time())
         llm: dict[str, Any] = {"id": state.model_name, "object": "model", "created": now}
@@ -180,31 +208,38 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
         emb["owned_by"] = "loopstack"
         return {"object": "list", "data": [llm, emb]}
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
+    @app.post("/v1/chat/completions", responses=ERROR_RESPONSES)
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         check_model(req.model)
+        check_chat(req, limits, state.max_model_len)
+        bind_session(request, req.model_extra)
         return await _generate(request, lambda: state.chat.create(req))
 
-    @app.post("/v1/completions", dependencies=[Depends(authorize)])
+    @app.post("/v1/completions", responses=ERROR_RESPONSES)
     async def completions(req: CompletionRequest, request: Request) -> Response:
         check_model(req.model)
+        check_completion(req, limits, state.max_model_len)
+        bind_session(request, req.model_extra)
         body = req.model_dump(exclude_none=True)
         body["model"] = state.engine.model_name
 
         async def run() -> dict[str, Any] | AsyncIterator[bytes]:
+            send = await state.chat.admit_completion(body)  # client constraints: probed or 400
             if req.stream:
-                return _relay(state.engine.stream("/v1/completions", body))
-            return await state.engine.post("/v1/completions", body)
+                return _relay(state.engine.stream("/v1/completions", send))
+            return await state.engine.post("/v1/completions", send)
 
         return await _generate(request, run)
 
-    @app.post("/v1/embeddings", dependencies=[Depends(authorize)])
+    @app.post("/v1/embeddings", responses=ERROR_RESPONSES)
     async def embeddings(req: EmbeddingRequest) -> dict[str, Any]:
         if req.model != state.embeddings.model_name and not (
             req.model in MINILM_NAMES and state.embeddings.model_name in MINILM_NAMES
         ):
             raise ModelNotFound(req.model)
-        return await state.embeddings.create(req)
+        texts = check_embeddings(req, limits)
+        async with state.admission.slot():
+            return await state.embeddings.create(req, texts)
 
     async def _generate(
         request: Request, make: Callable[[], Awaitable[dict[str, Any] | AsyncIterator[bytes]]]
@@ -256,6 +291,12 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
             await slot.__aexit__(None, None, None)
 
     return app
+
+
+def bind_session(request: Request, extra: dict[str, Any] | None) -> None:
+    """The session key engine calls carry (`x-session-id` header, else the OpenAI `user`)."""
+    user = (extra or {}).get("user")
+    session_key_var.set(request.headers.get("x-session-id") or (str(user) if user else None))
 
 
 async def _relay(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.client_constraints import admit_constraints, client_constraint
 from serving.constraint import CompiledSchema, arguments_regex, call_head, name_regex
 from serving.engine import Engine, UpstreamError, sse_json
 from serving.exceptions import InvalidRequest, ToolCallValidationError
@@ -133,6 +134,9 @@ class ChatService:
             raise InvalidRequest(
                 "response_format cannot be combined with tools", param="response_format"
             )
+        found = client_constraint(req.model_extra or {})
+        if found is not None:  # the tool path constrains itself, the free phase of auto too
+            raise InvalidRequest(f"{found[0]} cannot be combined with tools", param=found[0])
         plan = self._plan(req, choice, compiled)
         self.metrics.tool_requests.labels(mode=plan.mode).inc()
         if req.stream:
@@ -193,15 +197,12 @@ class ChatService:
     ) -> dict[str, Any] | AsyncIterator[bytes]:
         body = req.model_dump(exclude={"loopstack"}, exclude_none=True, by_alias=True)
         body["model"] = self.engine.model_name
-        schema: CompiledSchema | None = None
-        rf = req.response_format
-        if rf is not None and rf.type == "json_schema" and rf.json_schema is not None:
-            schema = await self.schemas.get(
-                rf.json_schema.schema_, what="response_format.json_schema"
-            )
-            del body["response_format"]  # unconstrained (benchmark baseline): no grammar at all
-            if req.loopstack.constrained:
-                body["structured_outputs"] = {"regex": schema.regex}
+        # Every client constraint (response_format, structured_outputs, guided_*) is admitted
+        # like a tool schema, or refused; unconstrained (benchmark baseline): none is sent.
+        admitted = await admit_constraints(
+            body, self.schemas, constrained=req.loopstack.constrained
+        )
+        body, schema = admitted.body, admitted.schema
         if req.stream:
             return self._relay(body)
         for attempt in range(MAX_ATTEMPTS):
@@ -209,7 +210,7 @@ class ChatService:
             resp["model"] = req.model
             if schema is None or not req.loopstack.constrained:
                 return resp
-            bad = _invalid_json_choices(resp, schema)
+            bad = await _invalid_json_choices(resp, schema)
             if not bad:
                 return resp
             logger.warning("response_format output failed its schema (attempt %d)", attempt + 1)
@@ -267,7 +268,7 @@ class ChatService:
                 for ev in parser.feed(delta):
                     yield ev
             calls = [c for c in parser.calls if c.complete]
-            invalid = self._check_sent(plan, calls)
+            invalid = await self._check_sent(plan, calls)
         else:
             calls = await self._validated_calls(plan, prompt, tally)  # validated there
             invalid = 0
@@ -347,7 +348,7 @@ class ChatService:
                 parser.feed(delta)
             spent += tally.tokens - budget_start
             calls = [c for c in parser.calls if c.complete]
-            problems = [p for c in calls for p in self._problems(plan, c)]
+            problems = [p for c in calls for p in await self._problems(plan, c)]
             if not calls and tally.finish == "stop":
                 problems.append(f"no complete call in {parser.text!r:.200}")
             if not problems:
@@ -361,7 +362,11 @@ class ChatService:
             "the model did not produce tool-call arguments valid for the schema"
         )
 
-    def _problems(self, plan: ToolPlan, call: ParsedCall) -> list[str]:
+    async def admit_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A /v1/completions body with its client constraint admitted (or InvalidRequest)."""
+        return (await admit_constraints(body, self.schemas)).body
+
+    async def _problems(self, plan: ToolPlan, call: ParsedCall) -> list[str]:
         schema = plan.tools.get(call.name)
         if schema is None:
             return [f"unknown tool {call.name!r}"]
@@ -369,14 +374,14 @@ class ChatService:
             args = json.loads(call.arguments)
         except json.JSONDecodeError as exc:
             return [f"arguments are not JSON: {exc}"]
-        return schema.errors(args)
+        return await schema.errors_off_loop(args)
 
-    def _check_sent(self, plan: ToolPlan, calls: list[ParsedCall]) -> int:
+    async def _check_sent(self, plan: ToolPlan, calls: list[ParsedCall]) -> int:
         """Streamed calls were sent as generated (the regex enforces their schema exactly);
         check them anyway, so a gap in that guarantee shows in logs and metrics."""
         invalid = 0
         for c in calls:
-            if self._problems(plan, c):
+            if await self._problems(plan, c):
                 invalid += 1
                 logger.error("invalid tool call left the server: %s %s", c.name, c.arguments)
         self.metrics.tool_calls.labels(mode=plan.mode, valid="false").inc(invalid)
@@ -474,7 +479,7 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
-def _invalid_json_choices(resp: dict[str, Any], schema: CompiledSchema) -> list[int]:
+async def _invalid_json_choices(resp: dict[str, Any], schema: CompiledSchema) -> list[int]:
     bad = []
     for choice in resp.get("choices", []):
         if choice.get("finish_reason") == "length":
@@ -484,6 +489,6 @@ def _invalid_json_choices(resp: dict[str, Any], schema: CompiledSchema) -> list[
         except (json.JSONDecodeError, KeyError, TypeError):
             bad.append(choice.get("index", 0))
             continue
-        if schema.errors(value):
+        if await schema.errors_off_loop(value):
             bad.append(choice.get("index", 0))
     return bad

@@ -63,5 +63,48 @@ class ServerSettings(BaseSettings):
     max_tool_tokens: int = Field(default=1024, description="max_tokens default for tool calls.")
     log_level: str = "INFO"
 
+    # -- constraint safety (serving/compile_worker.py, schema_limits.py, validation.py) ------
+    schema_compile_timeout_s: float = Field(
+        default=10.0, description="Deadline for compiling one schema to its regex; past it: 400."
+    )
+    schema_compile_mode: Literal["process", "thread"] = Field(
+        default="process",
+        description="Where schemas compile: a memory-limited worker process (killed at the "
+        "deadline) or a thread (keeps running past it).",
+    )
+    constraint_probe_timeout_s: float = Field(
+        default=5.0,
+        description="Deadline for measuring a constraint's automaton (corpus schemas: < 0.3 s); "
+        "past it the constraint gets 400 schema_too_complex.",
+    )
+    max_schema_depth: int = Field(default=48, description="Deepest JSON nesting of a schema.")
+    max_schema_nodes: int = Field(default=20_000, description="Most JSON values in a schema.")
+    max_schema_ref_chain: int = Field(default=16, description="Longest chain of $ref to $ref.")
+    validation_deadline_s: float = Field(
+        default=0.25,
+        description="Time one output's jsonschema validation may spend in `pattern` matching "
+        "(off the event loop); past it the output counts as invalid.",
+    )
+
+    # -- limits at the HTTP edge (serving.limits); beyond each: an OpenAI-style 4xx ---------
+    max_request_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body in bytes; larger: 413, refused while reading.",
+    )
+    max_messages: int = Field(default=2048, ge=1, description="Messages per chat request.")
+    max_tools: int = Field(default=128, ge=1, description="Tools per chat request.")
+    max_stop: int = Field(default=16, ge=1, description="Stop sequences per request.")
+    max_prompts: int = Field(default=64, ge=1, description="Prompts per /v1/completions call.")
+    max_embedding_inputs: int = Field(
+        default=2048, ge=1, description="Inputs per /v1/embeddings request."
+    )
+    max_embedding_input_chars: int = Field(
+        default=8192,
+        ge=1,
+        description="Each embedding input is cut to this many characters (the model reads "
+        "only its first 256 tokens).",
+    )
+
     def engine_port_resolved(self) -> int:
         return self.engine_port if self.engine_port is not None else self.port + 1

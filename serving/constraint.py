@@ -33,6 +33,8 @@ from serving.patterns import (
     json_value_regex,
     number_range_regex,
 )
+from serving.schema_limits import HUGE_BOUND, SchemaLimits, check_schema_limits, fits_type
+from serving.validation import SafeValidator
 
 WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)
 # Largest {m,n} / maxLength / maxItems compiled into a regex: SchemaCache tries the first,
@@ -79,10 +81,14 @@ class CompiledSchema:
     schema: dict[str, Any]
     regex: str
     exact: bool
-    validator: Draft202012Validator = field(compare=False, repr=False)
+    validator: SafeValidator = field(compare=False, repr=False)
 
     def errors(self, value: Any) -> list[str]:
-        return [e.message for e in self.validator.iter_errors(value)]
+        """jsonschema's messages (empty: valid); patterns bounded in time (`validation`)."""
+        return self.validator.errors(value)
+
+    async def errors_off_loop(self, value: Any) -> list[str]:
+        return await self.validator.errors_off_loop(value)
 
 
 @dataclass
@@ -96,17 +102,30 @@ class _Rewrite:
 
 
 def compile_schema(
-    schema: Any, *, what: str = "schema", max_counted: int = MAX_COUNTED
+    schema: Any,
+    *,
+    what: str = "schema",
+    max_counted: int = MAX_COUNTED,
+    limits: SchemaLimits | None = None,
 ) -> CompiledSchema:
     """Check `schema`, then build its regex. Raises InvalidRequest for a bad schema.
-    Counted repetition above `max_counted` is left to the final jsonschema check."""
+    Counted repetition above `max_counted` is left to the final jsonschema check.
+    Synchronous and CPU-bound (bounded by `limits` and `MAX_REGEX_CHARS`): async callers run
+    it in a thread (`SchemaCache`)."""
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{what} must be a JSON object", param=what)
+    check_schema_limits(schema, what=what, limits=limits)
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         raise InvalidRequest(
             f"{what} is not a valid JSON Schema: {exc.message}", param=what
+        ) from exc
+    except (RecursionError, OverflowError, ValueError, TypeError) as exc:  # e.g. a{99999999999}
+        raise InvalidRequest(
+            f"{what} is not a valid JSON Schema: {type(exc).__name__}: {str(exc)[:200]}",
+            param=what,
+            code="invalid_schema",
         ) from exc
     work = copy.deepcopy(schema)
     defs = {k: work[k] for k in ("$defs", "definitions") if isinstance(work.get(k), dict)}
@@ -117,17 +136,38 @@ def compile_schema(
             exact &= _rewrite_bounds(table[name], ctx)
     exact &= _rewrite_bounds(work, ctx, root=True)
     regex = _outlines_regex(work, what)
-    # A placeholder's regex holds only placeholders made before it: substitute newest first.
-    for i in reversed(range(len(ctx.ranges))):
-        regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({ctx.ranges[i]})")
-    if len(regex) > MAX_REGEX_CHARS:
+    size = _expanded_size(regex, ctx.ranges)  # before anything is expanded
+    if size > MAX_REGEX_CHARS:
         raise InvalidRequest(
-            f"{what} is too complex to enforce: its constraint is {len(regex):,} characters "
+            f"{what} is too complex to enforce: its constraint would be {size:,} characters "
             f"of regex (limit {MAX_REGEX_CHARS:,}). Flatten nested objects or split the tool.",
             param=what,
             code="schema_too_complex",
         )
-    return CompiledSchema(schema, regex, exact, Draft202012Validator(schema))
+    # A placeholder's regex holds only placeholders made before it: substitute newest first.
+    for i in reversed(range(len(ctx.ranges))):
+        regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({ctx.ranges[i]})")
+    return CompiledSchema(schema, regex, exact, SafeValidator(schema))
+
+
+_PLACEHOLDER_REF = re.compile('"' + _PLACEHOLDER.format(r"(\d+)") + '"')
+
+
+def _expanded_size(regex: str, ranges: list[str]) -> int:
+    """The length `regex` will have once every placeholder is substituted, computed from the
+    sizes of the pieces (placeholder i's regex holds only placeholders j < i), so that a
+    schema whose regex would be billions of characters is refused without building it."""
+    sizes: list[int] = []
+
+    def size_of(text: str) -> int:
+        total = len(text)
+        for m in _PLACEHOLDER_REF.finditer(text):
+            total += sizes[int(m.group(1))] + 2 - len(m.group(0))
+        return total
+
+    for piece in ranges:
+        sizes.append(size_of(piece))
+    return size_of(regex)
 
 
 def _outlines_regex(schema: dict[str, Any], what: str) -> str:
@@ -194,6 +234,7 @@ def _rewrite_bounds(node: Any, ctx: _Rewrite, *, root: bool = False) -> bool:
     for key in _SUBSCHEMA_SINGLE:
         exact &= _rewrite_bounds(node.get(key), ctx)
     exact &= _relax_sizes(node, ctx.max_counted)
+    _narrow_enum(node)
     if _plain_object(node):
         regex = _object_regex(node["properties"], node.get("required") or [], what, ctx.defs)
         if regex is not None:
@@ -208,11 +249,17 @@ def _rewrite_bounds(node: Any, ctx: _Rewrite, *, root: bool = False) -> bool:
     if isinstance(kind, list) and bounded and {"integer", "number"} & set(kind):
         return False  # outlines_core ignores the bounds of a type list: validate the output
     if kind in ("integer", "number") and bounded:
+        if _drop_huge_bounds(node):
+            exact = False  # e.g. maximum 1.8e308: that side is left open, and validated
+            if not {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & node.keys():
+                return exact
         lo, hi, is_int = _bounds(node, integer=kind == "integer")
         if lo is not None and hi is not None and lo > hi:
             if is_int or _real_range_empty(node):
                 raise InvalidRequest(
-                    f"{what} has a numeric range with no values: {node}", param=what
+                    f"{what} has a numeric range with no values: {node}",
+                    param=what,
+                    code="invalid_schema",
                 )
             return False  # no integer inside, e.g. (0, 1): unbounded regex, validated output
         rng = int_range_regex(lo, hi) if is_int else number_range_regex(lo, hi)
@@ -220,14 +267,40 @@ def _rewrite_bounds(node: Any, ctx: _Rewrite, *, root: bool = False) -> bool:
     return exact
 
 
+def _drop_huge_bounds(node: dict[str, Any]) -> bool:
+    """Remove bounds beyond +-`HUGE_BOUND` (permissive ones: `check_schema_limits` refused
+    the others) from the working copy. Returns whether any went."""
+    dropped = False
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        v = node.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and abs(v) > HUGE_BOUND:
+            del node[key]
+            dropped = True
+    return dropped
+
+
+def _narrow_enum(node: dict[str, Any]) -> None:
+    """Drop enum values of another type than the declared one (``type: string, enum:
+    ["a", null]``): Outlines would offer them and validation refuse them."""
+    kind, values = node.get("type"), node.get("enum")
+    if isinstance(values, list) and isinstance(kind, str | list):
+        kept = [v for v in values if fits_type(v, kind)]
+        if kept and len(kept) < len(values):
+            node["enum"] = kept
+
+
 _ANNOTATIONS = frozenset(
     {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
      "writeOnly", "$schema", "$id"}
 )  # fmt: skip
-# Keys beside the annotations that leave an object node to the regex built here.
-_PLAIN_OBJECT_KEYS = _ANNOTATIONS | {
-    "type", "properties", "required", "additionalProperties", "$defs", "definitions"
-}  # fmt: skip
+# Keys that leave an object node to Outlines: it combines them with the properties in ways
+# the regex built here does not. Every other key is an annotation or a keyword about other
+# types, or an object keyword that makes the node inexact (`_INEXACT_KEYWORDS`: validated).
+# Outlines writes an object quadratically per level, so the fewer objects it sees the better
+# (nested non-plain objects once grew a 5 KB schema into gigabytes inside outlines_core).
+_OUTLINES_OBJECT_KEYS = frozenset(
+    {"anyOf", "oneOf", "allOf", "$ref", "$dynamicRef", "enum", "const"}
+)
 
 
 def _plain_object(node: dict[str, Any]) -> bool:
@@ -237,7 +310,7 @@ def _plain_object(node: dict[str, Any]) -> bool:
         and 0 < len(props) <= 100  # one regex nesting level per property (Rust's limit: 250)
         and isinstance(node.get("required", []), list)
         and node.get("type", "object") == "object"
-        and node.keys() <= _PLAIN_OBJECT_KEYS
+        and not (node.keys() & _OUTLINES_OBJECT_KEYS)
     )
 
 
@@ -277,7 +350,11 @@ def _object_regex(
     for name, sub in props.items():
         if sub is False:
             if name in required:
-                raise InvalidRequest(f"{what} requires property {name!r} but forbids it")
+                raise InvalidRequest(
+                    f"{what} requires property {name!r} but forbids it",
+                    param=what,
+                    code="invalid_schema",
+                )
             continue
         if sub is True:  # ({} was already rewritten, like every subschema, before its object)
             value = json_value_regex(FREE_FORM_DEPTH)

@@ -18,7 +18,6 @@ from serving.protocol import EmbeddingRequest
 logger = logging.getLogger(__name__)
 
 MINILM_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
-MAX_INPUTS = 2048
 
 
 def resolve_embedding_model(name: str) -> str:
@@ -52,21 +51,21 @@ class EmbeddingService:
     def _encode(self, texts: list[str]) -> tuple[np.ndarray, int]:
         model = self._load()
         vectors = model.encode(texts, batch_size=64, convert_to_numpy=True)
-        tokens = sum(len(ids) for ids in model.tokenizer(texts)["input_ids"])
+        # The model reads at most max_seq_length tokens of each input: count what it read.
+        limit = getattr(model, "max_seq_length", None) or 512
+        ids = model.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
+        tokens = sum(len(i) for i in ids)
         return np.asarray(vectors, dtype=np.float32), tokens
 
-    async def create(self, req: EmbeddingRequest) -> dict[str, Any]:
-        texts = [req.input] if isinstance(req.input, str) else list(req.input)
-        if len(texts) > MAX_INPUTS:
-            raise InvalidRequest(f"at most {MAX_INPUTS} inputs per request", param="input")
-        if any(not isinstance(t, str) or not t for t in texts):
-            raise InvalidRequest("each input must be a non-empty string", param="input")
+    async def create(self, req: EmbeddingRequest, texts: list[str]) -> dict[str, Any]:
+        """Embed `texts` (the request's inputs, checked and cut by `serving.limits`)."""
+        if req.dimensions is not None:  # refused before any encoding work
+            model = await asyncio.to_thread(self._load)
+            size = int(model.get_sentence_embedding_dimension() or 0)
+            if size and req.dimensions > size:
+                raise InvalidRequest(f"dimensions must be between 1 and {size}", param="dimensions")
         vectors, tokens = await asyncio.to_thread(self._encode, texts)
         if req.dimensions is not None:
-            if not 0 < req.dimensions <= vectors.shape[1]:
-                raise InvalidRequest(
-                    f"dimensions must be between 1 and {vectors.shape[1]}", param="dimensions"
-                )
             vectors = vectors[:, : req.dimensions]
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12
         data = []

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import hashlib
 import json
 import logging
 import os
@@ -26,6 +28,11 @@ import httpx
 from serving.exceptions import EngineError, EngineStartError, RequestError
 
 logger = logging.getLogger(__name__)
+# Session key of the request being served (set by serving.api): sent as `x-session-id` on every
+# engine call, so a session-aware router in front of several vLLM replicas keeps it on one.
+session_key_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "session_key", default=None
+)
 
 
 class UpstreamError(RequestError):
@@ -156,7 +163,7 @@ class VLLMEngine:
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         body = self._outgoing(body)
         try:
-            r = await self._client.post(path, json=body)
+            r = await self._client.post(path, json=body, headers=_session_headers())
         except httpx.HTTPError as exc:
             raise EngineError(f"engine unreachable: {exc!r}") from exc
         data = _json_or_text(r.content)
@@ -168,7 +175,9 @@ class VLLMEngine:
         """Raw SSE lines from the engine (closing the iterator aborts the generation)."""
         body = self._outgoing(body)
         try:
-            async with self._client.stream("POST", path, json=body) as r:
+            async with self._client.stream(
+                "POST", path, json=body, headers=_session_headers()
+            ) as r:
                 if r.status_code != 200:
                     raise UpstreamError(r.status_code, _json_or_text(await r.aread()))
                 async for line in r.aiter_lines():
@@ -206,6 +215,15 @@ async def sse_json(lines: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any]
         aclose = getattr(lines, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _session_headers() -> dict[str, str] | None:
+    key = session_key_var.get()
+    if not key:
+        return None
+    if not (key.isascii() and key.isprintable() and len(key) <= 128):  # e.g. a non-ASCII `user`
+        key = hashlib.sha256(key.encode()).hexdigest()
+    return {"x-session-id": key}
 
 
 def _json_or_text(raw: bytes) -> dict[str, Any]:

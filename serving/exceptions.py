@@ -10,12 +10,41 @@ Tree::
     │   ├── InvalidRequest        400 invalid_request_error (bad parameter, bad schema, ...)
     │   ├── AuthenticationFailed  401
     │   ├── ModelNotFound         404 model_not_found
+    │   ├── PayloadTooLarge       413 request_too_large (body over LOOPSTACK_MAX_REQUEST_BYTES)
     │   └── Overloaded            429, with Retry-After
     └── ToolCallValidationError   the engine produced arguments that fail the schema (502:
                                   never shown to a client as a valid call)
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+
+def error_body(
+    message: str, *, type_: str, code: str | int | None, param: str | None = None
+) -> dict[str, Any]:
+    """The one OpenAI-style error body every answer uses:
+    ``{"error": {"message", "type", "param", "code"}}``.
+
+    Text that cannot be encoded as UTF-8 (a lone surrogate echoed from the request) is
+    escaped, so building the response can never fail."""
+    return {
+        "error": {
+            "message": _utf8_safe(message),
+            "type": type_,
+            "param": None if param is None else _utf8_safe(param),
+            "code": code,
+        }
+    }
+
+
+def _utf8_safe(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 class ServingError(Exception):
@@ -28,15 +57,9 @@ class ServingError(Exception):
         self.param = param
         self.code = code
 
-    def to_body(self) -> dict[str, object]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.error_type,
-                "param": self.param,
-                "code": self.code if self.code is not None else self.status_code,
-            }
-        }
+    def to_body(self) -> dict[str, Any]:
+        code = self.code if self.code is not None else self.status_code
+        return error_body(self.message, type_=self.error_type, code=code, param=self.param)
 
 
 class ModelResolutionError(ServingError):
@@ -73,6 +96,16 @@ class ModelNotFound(RequestError):
     def __init__(self, model: str):
         super().__init__(
             f"The model `{model}` does not exist.", param="model", code="model_not_found"
+        )
+
+
+class PayloadTooLarge(RequestError):
+    status_code = 413
+
+    def __init__(self, limit: int):
+        super().__init__(
+            f"The request body is larger than {limit} bytes (LOOPSTACK_MAX_REQUEST_BYTES).",
+            code="request_too_large",
         )
 
 

@@ -2,37 +2,86 @@
 
 Requests are validated strictly where loopstack acts on a field (tools, tool_choice, sampling
 ranges) and passed through otherwise (``extra="allow"``), so vLLM-specific knobs such as
-``top_k`` or ``ignore_eos`` still reach the engine.
+``top_k`` or ``ignore_eos`` still reach the engine. Whatever passes through is still sane
+JSON (`check_json_values`): finite numbers, integers within 64 bits, valid Unicode, bounded
+nesting - the classes of input that used to surface as 500s further in.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+MAX_JSON_DEPTH = 128
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+_MAX_TOKENS = 2**31 - 1
+
+
+def check_json_values(value: Any) -> None:
+    """Raise ValueError (a 400 at the edge) for JSON the rest of the stack cannot carry:
+    NaN / Infinity, integers beyond 64 bits, strings with lone surrogates (not UTF-8),
+    nesting deeper than `MAX_JSON_DEPTH`. Iterative, so depth cannot exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth >= MAX_JSON_DEPTH:
+                raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels at {where!r}")
+            for key, sub in item.items():
+                _check_str(key, f"{where}.{key}" if where else str(key))
+                stack.append((sub, f"{where}.{key}" if where else str(key), depth + 1))
+        elif isinstance(item, list):
+            if depth >= MAX_JSON_DEPTH:
+                raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels at {where!r}")
+            stack.extend((sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item))
+        elif isinstance(item, str):
+            _check_str(item, where)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not _INT_MIN <= item <= _INT_MAX:
+                raise ValueError(f"{_safe(where)}: integer out of the 64-bit range")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{_safe(where)}: numbers must be finite (no NaN or Infinity)")
+
+
+def _check_str(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{_safe(where)}: string is not valid Unicode (lone surrogate)") from None
+
+
+def _safe(where: str) -> str:
+    return where.encode("utf-8", "backslashreplace").decode()[:200]
 
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class _Request(_Open):
+    """A request body: checked as a whole by `check_json_values` before field validation."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sane_json(cls, data: Any) -> Any:
+        check_json_values(data)
+        return data
+
+
 class FunctionDef(_Open):
-    name: str
+    name: str = Field(pattern=_TOOL_NAME.pattern)
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _TOOL_NAME.match(v):
-            raise ValueError("function name must match ^[a-zA-Z0-9_-]{1,64}$")
-        return v
 
 
 class ToolDef(_Open):
@@ -49,11 +98,51 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
+class FunctionCall(_Open):
+    """A call the assistant made earlier in the history."""
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_text(cls, v: str | dict[str, Any]) -> str:
+        if isinstance(v, dict):  # some clients send the object itself
+            return json.dumps(v, ensure_ascii=False)
+        if not v.strip():
+            return "{}"
+        try:
+            json.loads(v)
+        except ValueError:
+            raise ValueError("tool call arguments must be a JSON text") from None
+        return v
+
+
+class ToolCallEntry(_Open):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
 class Message(_Open):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={  # what `_tool_needs_id` checks, told to clients and fuzzers
+            "if": {"properties": {"role": {"const": "tool"}}, "required": ["role"]},
+            "then": {
+                "required": ["tool_call_id"],
+                "properties": {"tool_call_id": {"type": "string", "minLength": 1}},
+            },
+        },
+    )
+
+    role: Role
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallEntry] | None = None
     tool_call_id: str | None = None
 
     @model_validator(mode="after")
@@ -90,7 +179,7 @@ class LoopstackOptions(BaseModel):
     )
 
 
-class ChatCompletionRequest(_Open):
+class ChatCompletionRequest(_Request):
     model: str
     messages: list[Message] = Field(min_length=1)
     tools: list[ToolDef] | None = None
@@ -99,8 +188,8 @@ class ChatCompletionRequest(_Open):
     response_format: ResponseFormat | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     n: int = Field(default=1, ge=1, le=16)
@@ -124,21 +213,33 @@ class ChatCompletionRequest(_Open):
         return self.tool_choice if self.tool_choice is not None else "auto"
 
 
-class CompletionRequest(_Open):
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+
+
+class CompletionRequest(_Request):
     model: str
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: (
+        str
+        | Annotated[list[str], Field(min_length=1)]
+        | Annotated[list[TokenId], Field(min_length=1)]
+        | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)]
+    )
     stream: bool = False
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     n: int = Field(default=1, ge=1, le=16)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
 
 
-class EmbeddingRequest(_Open):
+class EmbeddingRequest(_Request):
     model: str
     input: str | list[str]
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
+    dimensions: int | None = Field(default=None, ge=1)
 
     @field_validator("input")
     @classmethod

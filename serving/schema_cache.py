@@ -7,16 +7,20 @@ refusals are cached too, so a client repeating a too-complex schema gets its 400
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import threading
 import time
 from collections import OrderedDict
 from typing import Any
 
 from serving.automaton import AutomatonProbe
-from serving.constraint import COUNTED_LIMITS, CompiledSchema, compile_schema
+from serving.compile_worker import SchemaCompiler
+from serving.constraint import COUNTED_LIMITS, MAX_REGEX_CHARS, CompiledSchema
 from serving.exceptions import InvalidRequest
 from serving.metrics import Metrics
+from serving.schema_limits import check_schema_limits
 
 # Exactness is not worth any compile time: past this many states (~12 s of vLLM compilation
 # on one core of the project's machine) the cheaper, validated form is used.
@@ -29,16 +33,17 @@ class SchemaCache:
         metrics: Metrics | None = None,
         *,
         probe: AutomatonProbe | None = None,
+        compiler: SchemaCompiler | None = None,
         size: int = 512,
     ):
-        self._items: OrderedDict[str, CompiledSchema | InvalidRequest] = OrderedDict()
+        self._items: OrderedDict[str, CompiledSchema | InvalidRequest | int] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
         self._metrics = metrics
         self._probe = probe
+        self._compiler = compiler or SchemaCompiler()
 
-    async def get(self, schema: Any, *, what: str = "schema") -> CompiledSchema:
-        key = json.dumps(schema, sort_keys=True, ensure_ascii=False, default=str)
+    def _lookup(self, key: str, what: str) -> CompiledSchema | int | None:
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
@@ -46,7 +51,14 @@ class SchemaCache:
         if isinstance(hit, InvalidRequest):
             raise InvalidRequest(hit.message.replace(hit.param or "", what, 1), param=what,
                                  code=hit.code)  # fmt: skip
-        if hit is not None:
+        return hit
+
+    async def get(self, schema: Any, *, what: str = "schema") -> CompiledSchema:
+        # Size, depth and satisfiability first: cheap, iterative, before json.dumps recurses.
+        check_schema_limits(schema, what=what, limits=self._compiler.limits)
+        key = json.dumps(schema, sort_keys=True, ensure_ascii=False, default=str)
+        hit = self._lookup(key, what)
+        if isinstance(hit, CompiledSchema):
             return hit
         started = time.perf_counter()
         try:
@@ -66,7 +78,7 @@ class SchemaCache:
         refusal = None
         for i, limit in enumerate(COUNTED_LIMITS):
             last = i == len(COUNTED_LIMITS) - 1
-            compiled = compile_schema(schema, what=what, max_counted=limit)
+            compiled = await self._compiler.compile(schema, what=what, max_counted=limit)
             if self._probe is None:
                 return compiled
             try:
@@ -78,7 +90,43 @@ class SchemaCache:
         assert refusal is not None
         raise refusal
 
-    def _store(self, key: str, value: CompiledSchema | InvalidRequest) -> None:
+    async def check_regex(self, regex: str, *, what: str) -> int:
+        """Admit a client's own regex constraint as a schema's is admitted: bounded text,
+        parsed, then its automaton measured by the probe. Returns its state count (0 when
+        there is no probe); raises InvalidRequest (400). Verdicts are cached."""
+        if not isinstance(regex, str) or not regex:
+            raise InvalidRequest(f"{what} must be a non-empty string", param=what)
+        if len(regex) > MAX_REGEX_CHARS:
+            raise InvalidRequest(
+                f"{what} is too long ({len(regex):,} characters, limit {MAX_REGEX_CHARS:,})",
+                param=what,
+                code="schema_too_complex",
+            )
+        key = "regex:" + regex
+        hit = self._lookup(key, what)
+        if isinstance(hit, int):
+            return hit
+        try:
+            states = await self._measure_regex(regex, what)
+        except InvalidRequest as exc:
+            self._store(key, exc)
+            raise
+        self._store(key, states)
+        return states
+
+    async def _measure_regex(self, regex: str, what: str) -> int:
+        try:  # vLLM parses it with Python's `re` first (linear in the text; off the loop)
+            await asyncio.to_thread(re.compile, regex)
+        except (re.error, RecursionError, OverflowError, ValueError) as exc:
+            raise InvalidRequest(f"{what} is not a valid regex: {exc}", param=what) from exc
+        if self._probe is None:
+            return 0
+        return await self._probe.check(regex, what=what)
+
+    def close(self) -> None:
+        self._compiler.close()
+
+    def _store(self, key: str, value: CompiledSchema | InvalidRequest | int) -> None:
         with self._lock:
             self._items[key] = value
             while len(self._items) > self._size:

@@ -15,14 +15,17 @@ from serving.admission import Admission
 from serving.api import AppState, TraceIdFilter, build_app
 from serving.automaton import AutomatonProbe
 from serving.chat import ChatService
+from serving.compile_worker import SchemaCompiler
 from serving.config import ServerSettings
 from serving.embeddings import EmbeddingService
 from serving.engine import VLLMEngine
 from serving.hardware import default_model, detect_hardware, vllm_launch
+from serving.limits import Limits
 from serving.metrics import Metrics
 from serving.model_store import resolve_model
 from serving.prompt import PromptBuilder
 from serving.schema_cache import SchemaCache
+from serving.schema_limits import SchemaLimits
 
 logger = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace_id=%(trace_id)s] %(message)s"
@@ -65,7 +68,21 @@ def create_app(settings: ServerSettings) -> FastAPI:
             engine,
             prompts,
             schemas=SchemaCache(
-                metrics, probe=AutomatonProbe(max_states=settings.max_schema_states)
+                metrics,
+                probe=AutomatonProbe(
+                    max_states=settings.max_schema_states,
+                    timeout_s=settings.constraint_probe_timeout_s,
+                ),
+                compiler=SchemaCompiler(
+                    mode=settings.schema_compile_mode,
+                    timeout_s=settings.schema_compile_timeout_s,
+                    validation_deadline_s=settings.validation_deadline_s,
+                    limits=SchemaLimits(
+                        max_depth=settings.max_schema_depth,
+                        max_nodes=settings.max_schema_nodes,
+                        max_ref_chain=settings.max_schema_ref_chain,
+                    ),
+                ),
             ),
             metrics=metrics,
             max_tool_tokens=settings.max_tool_tokens,
@@ -81,6 +98,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
         model_name=name,
         api_key=settings.api_key,
         max_model_len=launch.max_model_len,
+        limits=Limits(
+            max_request_bytes=settings.max_request_bytes,
+            max_messages=settings.max_messages,
+            max_tools=settings.max_tools,
+            max_stop=settings.max_stop,
+            max_prompts=settings.max_prompts,
+            max_embedding_inputs=settings.max_embedding_inputs,
+            max_embedding_input_chars=settings.max_embedding_input_chars,
+        ),
     )
 
     @contextlib.asynccontextmanager

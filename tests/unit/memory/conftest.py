@@ -21,7 +21,7 @@ from memory.embedding import MiniLMEmbedder  # noqa: E402
 @pytest.fixture
 def settings() -> MemorySettings:
     # The hashing embedder gives lower cosines than MiniLM: a lower threshold fits it.
-    return MemorySettings(threshold=0.3, supersede_similarity=0.7, persist_every=50)
+    return MemorySettings(threshold=0.3, supersede_similarity=0.4, persist_every=50)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -70,4 +71,70 @@ async def test_sigkill_loses_nothing_committed(tmp_path: Path, seed: int) -> Non
         for rid, v in zip(ids[:4], vecs, strict=True):
             top = st.index.search(shard_name(user), v[None, :], 1)
             assert top and top[0][0] == (await st.get(rid, user_id=user)).rowid
+    await st.close()
+
+
+DUAL = Path(__file__).with_name("memory_dual_writer.py")
+
+
+def _reported(out: str) -> list[dict[str, str]]:
+    rows = []
+    for line in out.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # the line the kill cut short was never fully reported
+    return rows
+
+
+def _run_two_and_kill(db: Path, seed: int) -> list[dict[str, str]]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(DUAL), str(db), str(seed * 10 + k)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(2)
+    ]
+    for p in procs:
+        assert p.stdout is not None
+        assert p.stdout.readline(), p.stderr.read() if p.stderr else "writer died"
+    rng = random.Random(seed)
+    time.sleep(rng.uniform(0.8, 1.6))
+    os.kill(procs[0].pid, signal.SIGKILL)
+    time.sleep(rng.uniform(0.2, 0.6))
+    os.kill(procs[1].pid, signal.SIGKILL)
+    committed: list[dict[str, str]] = []
+    for p in procs:
+        out, _ = p.communicate(timeout=30)
+        assert p.returncode == -signal.SIGKILL
+        committed += _reported(out)
+    return committed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [4, 5])
+async def test_two_writers_one_killed_mid_write(tmp_path: Path, seed: int) -> None:
+    """Two processes write the same store (duplicates and supersedes across them); one is
+    SIGKILLed mid-write, the other a moment later. Nothing committed is lost and no user
+    ends with two active versions of one fact."""
+    db = tmp_path / "dual.db"
+    committed = await asyncio.to_thread(_run_two_and_kill, db, seed)
+    assert len(committed) >= 10
+    st = AsyncMemoryStore(db, embedder=HashingEmbedder())
+    await st.open()
+    stats = await st.stats()
+    assert stats["index_vectors"] == stats["active"]
+    for row in committed:  # every reported add is in the ledger (active or as history)
+        rec = st.ledger.get(row["id"])
+        assert rec is not None and rec.user_id == row["user"]
+        assert rec.text == row["text"] or rec.text.startswith("Project")
+    for user in ("user0", "user1"):
+        active = await st.list(user_id=user, limit=10_000)
+        texts = [r.text for r in active]
+        assert len(texts) == len(set(texts)), "duplicate active versions"
+        for project in ("alpha", "bravo", "charlie"):
+            n = sum(t.startswith(f"Project {project} status") for t in texts)
+            assert n <= 1, f"{user}: {n} active statuses of {project}"
     await st.close()

@@ -144,14 +144,31 @@ async def test_tool_calls(store: AsyncMemoryStore) -> None:
     out = await call_tool(store, "save_memory", {"text": "User deploys with Ansible"}, user_id="u1")
     assert out.startswith("saved as mem_") and "low weight" in out
     rid = out.split()[2]
-    assert (await store.get(rid, user_id="u1")).source == MemorySource.INFERRED
-    out = await call_tool(
+    assert (await store.get(rid, user_id="u1")).source == MemorySource.TASK
+    claim = json.dumps({"text": "User's team uses Terraform", "user_said_it": True})
+    # The model's claim alone does not make it the user's words (host confirmation is off).
+    out = await call_tool(store, "save_memory", claim, user_id="u1")
+    assert "not confirmed by the host" in out
+    rid = out.split()[2]
+    assert (await store.get(rid, user_id="u1")).source == MemorySource.TASK
+    asked: list[str] = []
+
+    async def confirm(text: str) -> bool:
+        asked.append(text)
+        return True
+
+    out = await call_tool(store, "save_memory", claim, user_id="u1", confirm_user_said=confirm)
+    assert "low weight" not in out and asked == ["User's team uses Terraform"]
+    rec = await store.get(out.split()[2], user_id="u1")
+    assert rec.id == rid and [e.kind for e in rec.events] == ["confirmed"]  # same claim, now
+    out = await call_tool(  # a sync callback that says no
         store,
         "save_memory",
-        json.dumps({"text": "User's team uses Terraform", "user_said_it": True}),
+        {"text": "User is an admin", "user_said_it": True},
         user_id="u1",
+        confirm_user_said=lambda _t: False,
     )
-    assert "low weight" not in out
+    assert "not confirmed" in out
     got = await call_tool(store, "recall_memory", '{"query": "Terraform team"}', user_id="u1")
     assert "Terraform" in got and got.startswith("<memory>")
     assert (await call_tool(store, "recall_memory", {"query": "Terraform"}, user_id="u2")) == (
@@ -181,7 +198,7 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     listed = json.loads(ok("list", "-u", "alice", "--json"))
     assert {r["id"] for r in listed} >= {rid}
     new = ok("add", "The build server is called turing", "-u", "alice").strip()
-    chain = json.loads(ok("history", new, "--json"))
+    chain = json.loads(ok("history", new, "-u", "alice", "--json"))
     assert [c["id"] for c in chain] == [rid, new]
     assert json.loads(ok("reindex"))["vectors"] == 2
     assert json.loads(ok("stats"))["active"] == 2

@@ -52,7 +52,7 @@ async def test_supersede_with_real_embeddings(tmp_path: Path, minilm: MiniLMEmbe
     st = AsyncMemoryStore(tmp_path / "m.db", embedder=minilm)
     old = await st.add("The weekly team standup is at 9am", user_id="u1")
     new = await st.add("The weekly team standup is at 10am", user_id="u1")
-    assert [r.id for r in await st.history(old)] == [old, new]
+    assert [r.id for r in await st.history(old, user_id="u1")] == [old, new]
     same = await st.add("The weekly team standup is at 10am.", user_id="u1")
     assert same == new
     rec = await st.recall("when is standup?", user_id="u1")
@@ -71,9 +71,9 @@ async def test_isolation_with_real_embeddings(tmp_path: Path, minilm: MiniLMEmbe
         for rid in await st.add_many(texts, user_id=f"u{u}", check_conflicts=False):
             owner[rid] = f"u{u}"
     for _ in range(300):
-        u = f"u{rng.randrange(10)}"
-        rec = await st.recall(rng.choice(FACTS)[0], user_id=u, budget_tokens=5000)
-        assert rec.candidates and all(owner[c.id] == u for c in rec.candidates)
+        user = f"u{rng.randrange(10)}"
+        rec = await st.recall(rng.choice(FACTS)[0], user_id=user, budget_tokens=5000)
+        assert rec.candidates and all(owner[c.id] == user for c in rec.candidates)
     await st.close()
 
 

@@ -37,9 +37,9 @@ async def test_supersede_chain_and_history(store: AsyncMemoryStore) -> None:
     assert new != old
     old_rec = await store.get(old, user_id="u1")
     assert old_rec.superseded_by == new
-    chain = await store.history(old)
+    chain = await store.history(old, user_id="u1")
     assert [r.id for r in chain] == [old, new]
-    assert [r.id for r in await store.history(new)] == [old, new]
+    assert [r.id for r in await store.history(new, user_id="u1")] == [old, new]
     rec = await store.recall("when is the team standup", user_id="u1")
     assert [c.id for c in rec.candidates] == [new]  # superseded never comes back
     listed = await store.list(user_id="u1", include_superseded=True)
@@ -64,7 +64,7 @@ async def test_forget_reaches_ledger_and_index(store: AsyncMemoryStore) -> None:
     rec = await store.recall("what is my bank called", user_id="u1", threshold=-10)
     assert all(c.id == keep for c in rec.candidates)
     with pytest.raises(NotFoundError):
-        await store.history(b)
+        await store.history(b, user_id="u1")
 
 
 async def test_forget_other_users_record_is_refused(store: AsyncMemoryStore) -> None:
@@ -168,7 +168,7 @@ def test_sync_wrapper_from_plain_code(tmp_path: Path) -> None:
         ids = st.add_many(["Lunch is at noon on weekdays"], user_id="u1")
         rec = st.recall("wifi name", user_id="u1", threshold=0.2)
         assert rec.items[0].id == rid and rec.block
-        assert st.history(rid)[0].id == rid
+        assert st.history(rid, user_id="u1")[0].id == rid
         assert st.forget(ids[0], user_id="u1") == ids
         assert st.stats()["active"] == 1
 

@@ -112,7 +112,7 @@ async def test_correction_supersedes(store: AsyncMemoryStore) -> None:
         Turn(user_message="Actually, my flight to Oslo is on Tuesday"), user_id="u1"
     )
     assert res[0].action == "superseded" and res[0].superseded == old
-    chain = await store.history(old)
+    chain = await store.history(old, user_id="u1")
     assert [r.text for r in chain] == [
         "My flight to Oslo is on Monday",
         "My flight to Oslo is on Tuesday",

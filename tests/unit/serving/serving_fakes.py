@@ -14,6 +14,7 @@ from serving.admission import Admission
 from serving.api import AppState, build_app
 from serving.chat import ChatService
 from serving.embeddings import EmbeddingService
+from serving.limits import Limits
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
 from serving.schema_cache import SchemaCache
@@ -206,6 +207,7 @@ class Harness:
         max_model_len: int | None = None,
         max_running: int = 8,
         max_waiting: int = 8,
+        limits: Limits | None = None,
     ) -> None:
         self.engine = FakeEngine()
         self.metrics = Metrics()
@@ -228,6 +230,7 @@ class Harness:
             model_name=MODEL,
             api_key=api_key,
             max_model_len=max_model_len,
+            limits=limits or Limits(),
         )
         self.app = build_app(self.state)
         self.client = httpx.AsyncClient(

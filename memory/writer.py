@@ -1,0 +1,195 @@
+"""``RecordWriter``: the store's write path, every decision inside one ledger transaction.
+
+Duplicate, supersede and confirm decisions are taken on the writer's own snapshot after
+``BEGIN IMMEDIATE``: no other thread or process can commit in between, so two processes
+adding the same text cannot both insert it, and a ``kill -9`` can never leave a new version
+committed without the supersede of the old one (they commit together or not at all).
+
+The rules (docs/memory.md, "Write rules"):
+
+* **Duplicate**: the same normalised text, or cosine >= ``duplicate_similarity`` with at
+  most one word added or dropped (never a changed value): the existing record counts one
+  more mention, and if the restatement is better backed (evidence, or the user saying it)
+  the record is **confirmed**: it gains that evidence and a ``confirmed`` history event.
+* **Supersede** (one rule, ``on_conflict="supersede"``): a new record supersedes an active
+  one of the same user when both state the **same subject with a different value**
+  (:func:`memory.writeback.conflicting_value`: the texts share their frame and differ in
+  one short span, or by a negation) and the older one is at least ``supersede_similarity``
+  close. An unverified record never supersedes a verified one: it is stored beside it and
+  both get a history event. ``on_conflict="keep"`` turns superseding off for one ``add``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from memory.config import MemorySettings
+from memory.embedding import Vectors
+from memory.exceptions import NotFoundError
+from memory.index import shard_name
+from memory.ledger import Ledger, NewRecord, Tx
+from memory.records import MemorySource, Record
+from memory.replica import IndexReplica
+from memory.trust import USER_CONFIRMED, provenance
+from memory.writeback import conflicting_value, same_content
+
+__all__ = ["OnConflict", "RecordWriter"]
+
+logger = logging.getLogger(__name__)
+
+OnConflict = Literal["supersede", "keep"]
+_NEIGHBOURS = 8
+
+
+def as_record(item: NewRecord) -> Record:
+    """A not-yet-written record, for trust and provenance decisions."""
+    return Record(
+        id=item.id or "new",
+        scope=item.scope,
+        text=item.text,
+        type=item.type,
+        source=item.source,
+        confidence=item.confidence,
+        weight=item.weight,
+        evidence=list(item.evidence),
+        mentions=item.mentions,
+    )
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An item of this batch that will be inserted, with what it replaces."""
+
+    item: NewRecord
+    vec: Vectors
+    replaces: list[Record | int]  # active records, or indexes of earlier pending items
+
+
+class RecordWriter:
+    """Sync (worker-thread) executor of adds; the store serialises calls with its lock."""
+
+    def __init__(self, ledger: Ledger, replica: IndexReplica, settings: MemorySettings) -> None:
+        self.ledger, self.replica, self.settings = ledger, replica, settings
+
+    def add(
+        self,
+        items: list[NewRecord],
+        vecs: Vectors,
+        *,
+        check: bool = True,
+        supersedes: str | None = None,
+        on_conflict: OnConflict = "supersede",
+    ) -> list[str]:
+        """Insert ``items`` (one transaction); returns one id per item (an existing id for a
+        duplicate)."""
+        out: list[str | int] = []
+        pending: list[_Pending] = []
+        with self.ledger.write() as tx:
+            # Under the write lock nobody can commit: the index sees every committed record.
+            self.replica.catch_up()
+            for item, vec in zip(items, vecs, strict=True):
+                out.append(self._decide(tx, item, vec, pending, check, on_conflict))
+            if supersedes is not None and pending:
+                target = tx.get(supersedes)
+                if target is None or target.user_id != items[0].scope.user_id:
+                    raise NotFoundError(f"no record {supersedes} for this user")
+                if target.superseded_by is None:
+                    pending[0].replaces.append(target)
+            inserted = (
+                tx.insert([p.item for p in pending], np.stack([p.vec for p in pending]))
+                if pending
+                else []
+            )
+            done: set[str] = set()
+            for j, p in enumerate(pending):
+                new_id = inserted[j][0]
+                for old in p.replaces:
+                    rec = old if isinstance(old, Record) else tx.get(inserted[old][0])
+                    if rec is None or rec.id in done or rec.id == new_id:
+                        continue
+                    done.add(rec.id)
+                    tx.supersede(rec, new_id, f"contradicted by {new_id}: {p.item.text[:80]}")
+                    logger.info("%s supersedes %s", new_id, rec.id)
+        self.replica.catch_up()
+        self.replica.persist()
+        return [r if isinstance(r, str) else inserted[r][0] for r in out]
+
+    def _decide(
+        self,
+        tx: Tx,
+        item: NewRecord,
+        vec: Vectors,
+        pending: list[_Pending],
+        check: bool,
+        on_conflict: OnConflict,
+    ) -> str | int:
+        """Duplicate (returns the existing id) or a new pending record (returns its index)."""
+        s = self.settings
+        replaces: list[Record | int] = []
+        if check:
+            user = item.scope.user_id
+            for j, p in enumerate(pending):
+                if p.item.fingerprint == item.fingerprint and p.item.scope.user_id == user:
+                    return j
+            dup = tx.by_fingerprint(user, item.fingerprint)
+            neighbours = [] if dup is not None else self._neighbours(tx, item, vec)
+            for old, sim in neighbours:
+                if (
+                    sim >= s.duplicate_similarity
+                    and same_content(old.text, item.text)
+                    and not conflicting_value(old.text, item.text)
+                ):
+                    dup = old
+                    break
+            if dup is not None:
+                self._restate(tx, dup, item)
+                return dup.id
+            if on_conflict == "supersede":
+                new = as_record(item)
+                cands: list[tuple[Record | int, Record, float]] = [
+                    (old, old, sim) for old, sim in neighbours
+                ]
+                cands += [
+                    (j, as_record(p.item), float(np.dot(p.vec, vec)))
+                    for j, p in enumerate(pending)
+                    if p.item.scope.user_id == user
+                ]
+                for ref, old, sim in cands:
+                    if sim < s.supersede_similarity or not conflicting_value(old.text, item.text):
+                        continue
+                    if self._may_supersede(new, old):
+                        replaces.append(ref)
+                    elif isinstance(old, Record) and old.rowid:
+                        tx.event(
+                            old.id,
+                            "conflict_kept",
+                            f"an unverified record said otherwise: {item.text[:80]}",
+                        )
+        pending.append(_Pending(item, vec, replaces))
+        return len(pending) - 1
+
+    def _neighbours(self, tx: Tx, item: NewRecord, vec: Vectors) -> list[tuple[Record, float]]:
+        hits = self.replica.index.search(shard_name(item.scope.user_id), vec[None, :], _NEIGHBOURS)
+        recs = tx.active([h[0] for h in hits], item.scope.user_id)
+        return [(recs[r], sim) for r, sim in hits if r in recs]
+
+    def _may_supersede(self, new: Record, old: Record) -> bool:
+        """Newer wins, except that an unverified claim never replaces a verified record."""
+        k = self.settings.promote_after
+        return provenance(new, k) != "unverified" or provenance(old, k) == "unverified"
+
+    def _restate(self, tx: Tx, old: Record, item: NewRecord) -> None:
+        """A restatement: one more mention; a confirmation when it is better backed."""
+        tx.bump_mentions(old.id, weight=item.weight)
+        k = self.settings.promote_after
+        extra = [e for e in item.evidence if e not in old.evidence]
+        by_user = item.source == MemorySource.USER_EXPLICIT and provenance(old, k) != "user_said"
+        if by_user:
+            extra.append(USER_CONFIRMED)
+        if extra:
+            what = "the user" if by_user else "evidence " + ", ".join(extra[:4])
+            tx.confirm(old, extra, item.confidence, f"confirmed by {what}")

@@ -1,0 +1,222 @@
+"""Cheap checks on a client's JSON Schema, before anything expands or recurses over it.
+
+`check_schema_limits` walks the schema once, iteratively (no Python recursion, so a schema
+nested thousands of levels deep is refused rather than raising RecursionError), and refuses
+with 400:
+
+* ``schema_too_complex`` - more than `SchemaLimits.max_depth` levels of nesting, more than
+  `max_nodes` JSON values, ``$ref`` chains longer than `max_ref_chain`, or a ``$ref`` that
+  is not local (``#...``: nothing is fetched);
+* ``invalid_schema`` - numbers no regex or validator can honour (NaN, infinities, a lower
+  bound above ``10**20`` or an upper bound below ``-10**20``), and subschemas no value can
+  satisfy: an empty ``enum``, an ``enum``/``const`` with no value of the declared type,
+  ``minimum`` above ``maximum`` (exclusive bounds included), ``minLength`` above
+  ``maxLength``, ``minItems`` above ``maxItems``, ``minProperties`` above
+  ``maxProperties``. Those under ``not``/``if`` are left alone (there they mean "always").
+
+Permissive enormous bounds (``maximum: 1.8e308``, common for doubles) are fine: the regex
+leaves that side open (`constraint.py`) and the final validation still checks it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from serving.exceptions import InvalidRequest
+
+HUGE_BOUND = 10**20  # beyond int64: a bound past it is left to validation, or refused
+
+
+@dataclass(frozen=True)
+class SchemaLimits:
+    max_depth: int = 48  # JSON nesting levels (a property's schema is 2 below its object)
+    max_nodes: int = 20_000
+    max_ref_chain: int = 16
+
+
+_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SINGLES = (
+    "items", "additionalProperties", "additionalItems", "contains", "propertyNames",
+    "unevaluatedItems", "unevaluatedProperties", "then", "else",
+)  # fmt: skip
+_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_INVERTED = ("not", "if")  # subschemas whose failure is a success of their parent
+_BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_TYPES: dict[str, Any] = {
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "number": lambda v: _is_num(v),
+    "integer": lambda v: _is_num(v) and float(v).is_integer(),
+}
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def fits_type(value: Any, kind: Any) -> bool:
+    """Whether `value` is of the JSON Schema `type` (a name or a list of names)."""
+    kinds = kind if isinstance(kind, list) else [kind]
+    try:
+        return any(k in _TYPES and _TYPES[k](value) for k in kinds)
+    except OverflowError:  # float() of an enormous integer: it is an integer
+        return isinstance(value, int) and bool({"integer", "number"} & set(kinds))
+
+
+def check_schema_limits(schema: Any, *, what: str, limits: SchemaLimits | None = None) -> None:
+    """Raise InvalidRequest (400) if `schema` is too big, too deep or unsatisfiable."""
+    limits = limits or SchemaLimits()
+    _check_shape(schema, what, limits)
+    if isinstance(schema, dict):
+        _check_refs(schema, what, limits)
+        _check_semantics(schema, what)
+
+
+def _too_complex(what: str, why: str) -> InvalidRequest:
+    return InvalidRequest(f"{what} is too complex: {why}", param=what, code="schema_too_complex")
+
+
+def _invalid(what: str, why: str) -> InvalidRequest:
+    return InvalidRequest(f"{what} is unsatisfiable or invalid: {why}", param=what,
+                          code="invalid_schema")  # fmt: skip
+
+
+def _check_shape(schema: Any, what: str, limits: SchemaLimits) -> None:
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    nodes = 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if nodes > limits.max_nodes:
+            raise _too_complex(what, f"more than {limits.max_nodes:,} values")
+        if depth > limits.max_depth:
+            raise _too_complex(what, f"nested more than {limits.max_depth} levels deep")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise _invalid(what, f"it holds the non-finite number {node}")
+
+
+def _pointer(root: dict[str, Any], ref: str) -> Any:
+    node: Any = root
+    for part in ref[1:].lstrip("/").split("/") if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _check_refs(schema: dict[str, Any], what: str, limits: SchemaLimits) -> None:
+    """Local refs only; chains of refs-to-refs bounded (cycles of pure refs refused)."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        stack.extend(node.values())
+        ref = node.get("$ref")
+        if ref is None:
+            continue
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise _invalid(what, f"$ref {str(ref)[:100]!r} is not local ('#/...')")
+        hops, target = 0, node
+        while isinstance(target, dict) and isinstance(target.get("$ref"), str):
+            hops += 1
+            if hops > limits.max_ref_chain:
+                raise _too_complex(what, f"a $ref chain longer than {limits.max_ref_chain}")
+            target = _pointer(schema, target["$ref"])
+
+
+def _check_semantics(schema: dict[str, Any], what: str) -> None:
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        _check_node(node, what)
+        for key in _MAPS:
+            sub = node.get(key)
+            if isinstance(sub, dict):
+                stack.extend(sub.values())
+        for key in _SINGLES:
+            stack.append(node.get(key))
+        for key in _LISTS:
+            sub = node.get(key)
+            if isinstance(sub, list):
+                stack.extend(sub)
+
+
+def _num(node: dict[str, Any], key: str) -> Any:
+    v = node.get(key)
+    return v if _is_num(v) else None
+
+
+def _check_node(node: dict[str, Any], what: str) -> None:
+    kind = node.get("type")
+    typed = isinstance(kind, str | list)
+    if "enum" in node and isinstance(node["enum"], list):
+        if not node["enum"]:
+            raise _invalid(what, "an empty enum admits no value")
+        if typed and not any(fits_type(v, kind) for v in node["enum"]):
+            raise _invalid(what, f"no value of enum {str(node['enum'])[:100]} is of type {kind}")
+    if "const" in node and typed and not fits_type(node["const"], kind):
+        raise _invalid(what, f"const {str(node['const'])[:100]} is not of type {kind}")
+    kinds = set(kind) if isinstance(kind, list) else {kind}
+    numeric_only = typed and kinds <= {"integer", "number"}
+    for key in _BOUND_KEYS:
+        v = _num(node, key)
+        if v is None:
+            continue
+        restrictive = (key in ("minimum", "exclusiveMinimum") and v > HUGE_BOUND) or (
+            key in ("maximum", "exclusiveMaximum") and v < -HUGE_BOUND
+        )
+        if restrictive and numeric_only:
+            raise _invalid(what, f"{key} {v} is beyond what can be generated (|x| <= 1e20)")
+    if numeric_only and _numeric_range_empty(node, integer=kinds == {"integer"}):
+        raise _invalid(what, f"its numeric bounds admit no value: {_bounds_text(node)}")
+    for lo, hi, kind_needed in (
+        ("minLength", "maxLength", "string"),
+        ("minItems", "maxItems", "array"),
+        ("minProperties", "maxProperties", "object"),
+    ):
+        a, b = _num(node, lo), _num(node, hi)
+        if a is not None and b is not None and a > b and kinds == {kind_needed}:
+            raise _invalid(what, f"{lo} {a} is above {hi} {b}")
+
+
+def _bounds_text(node: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={node[k]}" for k in _BOUND_KEYS[:4] if k in node)
+
+
+def _numeric_range_empty(node: dict[str, Any], *, integer: bool) -> bool:
+    lo_pairs = ((_num(node, "minimum"), False), (_num(node, "exclusiveMinimum"), True))
+    hi_pairs = ((_num(node, "maximum"), False), (_num(node, "exclusiveMaximum"), True))
+    lows = [(v, ex) for v, ex in lo_pairs if v is not None]
+    highs = [(v, ex) for v, ex in hi_pairs if v is not None]
+    if not lows or not highs:
+        return False
+    lo, lo_ex = max(lows, key=lambda t: (t[0], t[1]))
+    hi, hi_ex = min(highs, key=lambda t: (t[0], not t[1]))
+    if lo > hi or (lo == hi and (lo_ex or hi_ex)):
+        return True
+    if not integer:
+        return False
+    if abs(lo) > HUGE_BOUND or abs(hi) > HUGE_BOUND:
+        return False  # an open side: some integer lies inside
+    first = math.floor(lo) + 1 if lo_ex or lo != math.floor(lo) else int(lo)
+    last = math.ceil(hi) - 1 if hi_ex or hi != math.ceil(hi) else int(hi)
+    return first > last

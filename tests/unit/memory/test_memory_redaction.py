@@ -1,0 +1,150 @@
+"""Redaction corpus: common token and key formats, credentials in URLs, "pw is ...",
+national ID numbers - in texts and in evidence ids - and ordinary text left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory import AsyncMemoryStore, Turn
+from memory.redaction import redact
+
+# (text, the secret that must disappear, kind)
+SECRETS = [
+    (
+        "stripe key sk_live_4eC39HqLyjWDarjtT1zdp7dc for billing",
+        "4eC39HqLyjWDarjtT1zdp7dc",
+        "api_key",
+    ),
+    ("test with sk_test_51HxYzAbCdEfGhIjKl0123", "51HxYzAbCdEfGhIjKl0123", "api_key"),
+    ("restricted rk_live_abcdefGHIJKL12345678", "abcdefGHIJKL12345678", "api_key"),
+    ("hf token hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "AbCdEfGhIjKlMnOpQrStUvWxYz012345", "api_key"),
+    (
+        "use ghu_16C7e42F292c6912E7710c838347Ae178B4a",
+        "16C7e42F292c6912E7710c838347Ae178B4a",
+        "api_key",
+    ),
+    (
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789 is mine",
+        "abcdefghijklmnopqrstuvwxyz012345",
+        "api_key",
+    ),
+    ("server token ghs_AAAABBBBCCCCDDDDEEEEFFFF00001111", "AAAABBBBCCCCDDDDEEEE", "api_key"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "11ABCDEFG0123456789", "api_key"),
+    ("gitlab glpat-xxxxXXXXyyyyYYYY1234", "xxxxXXXXyyyyYYYY1234", "api_key"),
+    (
+        "npm_abcdefghijklmnopqrstuvwxyz0123456789 publishes",
+        "abcdefghijklmnopqrstuvwxyz0123",
+        "api_key",
+    ),
+    ("openai sk-proj-abcdefghijklmnop1234567890", "abcdefghijklmnop1234567890", "api_key"),
+    ("anthropic sk-ant-api03-abcdefghijklmnopqrstuv", "abcdefghijklmnopqrstuv", "api_key"),
+    ("aws AKIAIOSFODNN7EXAMPLE in the config", "AKIAIOSFODNN7EXAMPLE", "api_key"),
+    ("temp key ASIAY34FZKBOKMUTVV7A", "ASIAY34FZKBOKMUTVV7A", "api_key"),
+    (
+        "aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "api_key",
+    ),
+    (
+        "the secret is in there: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY ok",
+        "K7MDENG/bPxRfiCY",
+        "api_key",
+    ),
+    ("slack xoxb-1234567890-abcdefghij", "1234567890-abcdefghij", "api_key"),
+    ("maps AIzaSyA-1234567890abcdefghijklmnopqrstu", "SyA-1234567890abcdefghij", "api_key"),
+    ("Authorization: Bearer abcDEF123456ghiJKL789", "abcDEF123456ghiJKL789", "token"),
+    (
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+        "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
+        "jwt",
+    ),
+    ("db is postgres://admin:S3cr3tPass@db.internal:5432/app", "S3cr3tPass", "url_credentials"),
+    ("clone https://bob:ghpwd12345@git.example.com/x.git", "ghpwd12345", "url_credentials"),
+    ("redis://:hunter2hunter2@cache:6379/0", "hunter2hunter2", "url_credentials"),
+    ("mongodb+srv://app:p%40ss!word@cluster0.mongodb.net", "p%40ss!word", "url_credentials"),
+    ("my pw is hunter2", "hunter2", "password"),
+    ("the wifi pw: correcthorse", "correcthorse", "password"),
+    ("My password is hunter2!", "hunter2", "password"),
+    ("password: Tr0ub4dor&3", "Tr0ub4dor&3", "password"),
+    ("the password for the router is admin1234", "admin1234", "password"),
+    ("passcode is 8812", "8812", "password"),
+    ("PIN code: 4471", "4471", "password"),
+    ("api key = abcd1234efgh", "abcd1234efgh", "password"),
+    ("the wifi password hunter22 works", "hunter22", "password"),
+    ("my SSN is 123-45-6789", "123-45-6789", "national_id"),
+    ("SSN: 078-05-1120 on file", "078-05-1120", "national_id"),
+    ("file says 219-09-9999 for him", "219-09-9999", "national_id"),
+    ("social security number is 536 22 1234", "536", "national_id"),
+    ("my NI number is AB 12 34 56 C", "12 34 56", "national_id"),
+    ("NI AB 12 34 56 C on the payslip", "AB 12 34 56", "national_id"),
+    ("national insurance number: AB123456C", "AB123456C", "national_id"),
+    ("passport number is X12345678", "X12345678", "national_id"),
+    ("my national ID is 12345678Z", "12345678Z", "national_id"),
+    ("tax id: DE123456789", "123456789", "national_id"),
+    ("card 4111 1111 1111 1111 thanks", "4111 1111", "card_number"),
+    ("IBAN DE89 3704 0044 0532 0130 00", "3704 0044", "iban"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+        "MIIEowIBAAKCAQEA",
+        "private_key",
+    ),
+]
+
+ORDINARY = [
+    "order 1234567890123 shipped",
+    "call me at 555 0100",
+    "the secret plan is fine",
+    "my password manager is great",
+    "commit 3f2a9c1d4e5b6a7980c1d2e3f4a5b6c7d8e9f0a1 fixed it",
+    "I moved to https://example.com/docs/page last week",
+    "visit http://localhost:8000/health",
+    "meeting on 2026-12-01 at 10:30",
+    "the ticket is PROJ-1234",
+    "my phone is +1 415 555 0100",
+    "I have 3 kids and 2 dogs",
+    "skills include sk8boarding",
+    "Our hf team uses transformers",
+    "standup is at 10am",
+    "The API key of the user is scoped to the staging project",
+    "the token was revoked yesterday",
+    "my password is expired again",
+]
+
+
+def test_corpus_size() -> None:
+    assert len(SECRETS) >= 40 and len({k for _, _, k in SECRETS}) >= 8
+
+
+@pytest.mark.parametrize(("text", "secret", "kind"), SECRETS)
+def test_secret_is_redacted(text: str, secret: str, kind: str) -> None:
+    out, kinds = redact(text)
+    assert secret not in out, out
+    assert kind in kinds and f"[REDACTED:{kind}]" in out, (out, kinds)
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_text_survives(text: str) -> None:
+    assert redact(text) == (text, [])
+
+
+async def test_evidence_is_redacted_in_records_and_write_back(store: AsyncMemoryStore) -> None:
+    rid = await store.add(
+        "The deploy uses the staging database",
+        user_id="u1",
+        source="task",
+        evidence=["tool:psql postgres://ops:Sup3rS3cret@db/app", "tool:env#2"],
+    )
+    rec = await store.get(rid, user_id="u1")
+    assert all("Sup3rS3cret" not in e for e in rec.evidence)
+    assert "[REDACTED:url_credentials]" in rec.evidence[0]
+    res = await store.write_back(
+        Turn(
+            task_conclusion="The order total is 40 dollars",
+            evidence=["tool:get_order token is sk_live_4eC39HqLyjWDarjtT1zdp7dc"],
+        ),
+        user_id="u1",
+    )
+    got = await store.get(res[0].id or "", user_id="u1")
+    assert "4eC39Hq" not in " ".join(got.evidence)
+    rec2 = await store.recall("order total", user_id="u1")
+    assert "4eC39Hq" not in rec2.block and "Sup3rS3cret" not in rec2.block

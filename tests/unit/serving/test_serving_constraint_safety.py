@@ -1,0 +1,338 @@
+"""Hostile schemas, patterns and constraints: refused quickly with a 400, never expanded,
+never run on the event loop, never a 500 (issue: reliability and security)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import pytest
+
+from serving.automaton import AutomatonProbe
+from serving.compile_worker import SchemaCompiler
+from serving.constraint import compile_schema
+from serving.exceptions import InvalidRequest
+from serving.schema_cache import SchemaCache
+from serving.toolcalls import IntentDetector
+from tests.unit.serving.serving_fakes import MODEL, Harness
+from tests.unit.serving.serving_helpers import WEATHER, chat_body
+
+SLOW_PATTERN = "^(?!z)(a|aa)*c$"  # lookaround: unconstrained for generation, then validated
+SLOWER_PATTERN = "(?=(a|aa)*c)"  # backtracks even in the `regex` module: the deadline stops it
+
+
+def defs_chain(extra: dict[str, Any] | None = None, props: int = 40) -> dict[str, Any]:
+    """~5 KB: objects of 40 optional properties, each level a $def referring to the next."""
+    extra = extra or {}
+    defs: dict[str, Any] = {
+        "L3": {
+            "type": "object",
+            **extra,
+            "properties": {f"p{i}": {"type": "string"} for i in range(props)},
+        }
+    }
+    for name, inner in (("L2", "L3"), ("L1", "L2")):
+        defs[name] = {
+            "type": "object",
+            **extra,
+            "properties": {f"p{i}": {"$ref": f"#/$defs/{inner}"} for i in range(props)},
+        }
+    return {
+        "$defs": defs,
+        "type": "object",
+        **extra,
+        "properties": {f"p{i}": {"$ref": "#/$defs/L1"} for i in range(props)},
+    }
+
+
+async def max_loop_lag(work: Awaitable[Any]) -> tuple[float, Any]:
+    """Run `work`; return the event loop's largest lag meanwhile (s) and work's outcome."""
+    lag = 0.0
+    stop = False
+
+    async def tick() -> None:
+        nonlocal lag
+        while not stop:
+            t = time.perf_counter()
+            await asyncio.sleep(0.005)
+            lag = max(lag, time.perf_counter() - t - 0.005)
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0.02)  # the ticker is asleep before the work starts
+    try:
+        outcome: Any = await work
+    except Exception as exc:
+        outcome = exc
+    stop = True
+    await ticker
+    return lag, outcome
+
+
+# --------------------------------------------------------------------------- expansion
+@pytest.mark.timeout(60)  # a regression hangs: fail instead
+def test_a_5kb_schema_is_refused_before_its_regex_is_built() -> None:
+    schema = defs_chain()
+    assert len(json.dumps(schema)) < 6000
+    started = time.perf_counter()
+    with pytest.raises(InvalidRequest) as err:
+        compile_schema(schema)
+    assert err.value.code == "schema_too_complex"
+    assert "2,043,381,163" in err.value.message  # the size it would have had
+    assert time.perf_counter() - started < 3  # was 24 s and 2 GiB
+
+
+@pytest.mark.timeout(60)  # a regression hangs: fail instead
+async def test_a_runaway_outlines_compile_costs_only_a_worker() -> None:
+    """With an anyOf beside the properties Outlines expands the objects itself (it aborted
+    the process on allocation failure): the worker dies or hits its deadline, the schema
+    gets a 400, and the next schema compiles in a fresh worker."""
+    compiler = SchemaCompiler(mode="process", timeout_s=4)
+    cache = SchemaCache(compiler=compiler)
+    try:
+        lag, outcome = await max_loop_lag(
+            cache.get(defs_chain({"anyOf": [{"type": "object"}]}), what="tools[0]")
+        )
+        assert isinstance(outcome, InvalidRequest) and outcome.code == "schema_too_complex"
+        assert lag < 0.5
+        ok = await cache.get(
+            {"type": "object", "properties": {"days": {"type": "integer", "maximum": 7}}}
+        )
+        assert ok.errors({"days": 9}) and not ok.errors({"days": 3})
+    finally:
+        cache.close()
+
+
+# --------------------------------------------------------------------------- validation
+@pytest.mark.timeout(60)  # a regression hangs: fail instead
+def test_a_backtracking_pattern_is_validated_within_its_deadline() -> None:
+    c = compile_schema(
+        {"type": "object", "properties": {"s": {"type": "string", "pattern": SLOW_PATTERN}}}
+    )
+    assert c.exact is False
+    assert not c.errors({"s": "aac"}) and c.errors({"s": "zac"})
+    started = time.perf_counter()
+    assert c.errors({"s": "a" * 60 + "b"})  # Python's re: minutes
+    assert time.perf_counter() - started < 2
+
+
+@pytest.mark.timeout(60)  # a regression hangs: fail instead
+def test_a_pattern_past_its_deadline_counts_as_invalid() -> None:
+    c = compile_schema({"type": "string", "pattern": SLOWER_PATTERN})
+    assert not c.errors("aac")
+    started = time.perf_counter()
+    problems = c.errors("a" * 60 + "b")
+    assert problems and "in time" in problems[0]
+    assert time.perf_counter() - started < 3  # deadline 0.25 s, checked periodically
+
+
+@pytest.mark.timeout(60)  # a regression hangs: fail instead
+async def test_validation_does_not_block_the_event_loop() -> None:
+    c = compile_schema({"type": "string", "pattern": SLOWER_PATTERN})
+    lag, problems = await max_loop_lag(c.errors_off_loop("a" * 60 + "b"))
+    assert problems and lag < 0.5  # the validation itself runs past its 0.25 s deadline
+
+
+def test_patterns_are_read_as_ecma_262() -> None:
+    c = compile_schema({"type": "string", "pattern": r"^\d+$"})
+    assert not c.errors("123") and c.errors("١٢٣")  # \d is ASCII in JSON Schema
+
+
+# --------------------------------------------------------------------------- intent detector
+@pytest.mark.timeout(60)  # a regression hangs: fail instead
+def test_intent_detector_scans_incrementally() -> None:
+    text = ('x {"name": ' * 3000)[:32000]  # call-like, never a call: was 14 s+, quadratic
+    d = IntentDetector()
+    started = time.perf_counter()
+    for i in range(0, len(text), 4):
+        safe, intent = d.feed(text[i : i + 4])
+        assert intent is None
+    assert time.perf_counter() - started < 2
+    assert safe >= len(text) - 20
+
+
+def test_intent_detector_still_finds_a_call_after_a_long_prefix() -> None:
+    d = IntentDetector()
+    for _ in range(2000):
+        assert d.feed("word {braces} `tick` <b> ")[1] is None
+    _, intent = d.feed('\n{"name": "f", ')
+    assert intent is not None and intent.text_before.endswith("<b>")
+
+
+# --------------------------------------------------------------------------- admission
+UNSATISFIABLE = [
+    {"type": "string", "enum": []},
+    {"type": "string", "enum": [1, 2]},
+    {"type": "integer", "const": "x"},
+    {"type": "integer", "minimum": 10, "maximum": 1},
+    {"type": "integer", "exclusiveMinimum": 5, "exclusiveMaximum": 6},
+    {"type": "number", "exclusiveMinimum": 5, "maximum": 5},
+    {"type": "string", "minLength": 5, "maxLength": 2},
+    {"type": "array", "minItems": 3, "maxItems": 1},
+    {"type": "object", "properties": {"a": {"type": "integer", "enum": ["x"]}}},
+    {"type": "integer", "minimum": 10**30},
+]
+
+
+@pytest.mark.parametrize("node", UNSATISFIABLE, ids=lambda n: json.dumps(n)[:40])
+async def test_unsatisfiable_schemas_are_invalid_schema(node: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        await SchemaCache().get(node, what="tools[0].function.parameters")
+    assert err.value.code == "invalid_schema"
+
+
+def test_satisfiable_edge_schemas_still_compile() -> None:
+    c = compile_schema({"type": "string", "enum": ["a", None]})  # null can never be valid
+    assert "null" not in c.regex and not c.errors("a")
+    c = compile_schema({"type": "number", "maximum": 1.7976931348623157e308, "minimum": 0})
+    assert not c.errors(5) and c.errors(-1)
+    c = compile_schema({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
+    assert not c.errors(2**62)
+
+
+def nested(levels: int) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        node = {"type": "array", "items": node}
+    return node
+
+
+HOSTILE = [
+    pytest.param(nested(400), "schema_too_complex", id="400-levels"),
+    pytest.param(nested(5000), "schema_too_complex", id="5000-levels"),
+    pytest.param(
+        {
+            "$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(300)},
+            "$ref": "#/$defs/d0",
+        },
+        "schema_too_complex",
+        id="ref-chain",
+    ),
+    pytest.param({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, None, id="ref-loop"),
+    pytest.param({"$ref": "https://example.com/s.json"}, "invalid_schema", id="remote-ref"),
+    pytest.param({"type": "number", "maximum": float("inf")}, "invalid_schema", id="inf"),
+    pytest.param({"type": "integer", "minimum": float("nan")}, "invalid_schema", id="nan"),
+    pytest.param({"type": "string", "pattern": "a{99999999999}"}, None, id="huge-count"),
+]
+
+
+@pytest.mark.parametrize(("schema", "code"), HOSTILE)
+async def test_hostile_schemas_are_400s(schema: dict[str, Any], code: str | None) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        await SchemaCache().get(schema, what="response_format.json_schema")
+    if code is not None:
+        assert err.value.code == code
+
+
+# --------------------------------------------------------------------------- client constraints
+@pytest.mark.timeout(60)  # a regression hangs: fail instead
+async def test_a_pathological_client_regex_never_reaches_the_engine() -> None:
+    cache = SchemaCache(probe=AutomatonProbe(timeout_s=3))
+    lag, outcome = await max_loop_lag(cache.check_regex("(a|b)*a(a|b){19}", what="guided_regex"))
+    assert isinstance(outcome, InvalidRequest) and outcome.code == "schema_too_complex"
+    assert lag < 0.5  # a shared 2-core machine: scheduling noise, not the probe
+    started = time.perf_counter()  # refusals are cached
+    with pytest.raises(InvalidRequest):
+        await cache.check_regex("(a|b)*a(a|b){19}", what="structured_outputs.regex")
+    assert time.perf_counter() - started < 0.1
+
+
+CHAT_CONSTRAINTS = [
+    pytest.param({"structured_outputs": {"grammar": "root ::= 'a'"}}, "unsupported", id="grammar"),
+    pytest.param({"guided_grammar": "root ::= 'a'"}, "unsupported", id="guided_grammar"),
+    pytest.param({"structured_outputs": {"whitespace_pattern": "a*"}}, "unsupported", id="ws"),
+    pytest.param({"guided_decoding_backend": "xgrammar"}, "unsupported", id="backend"),
+    pytest.param({"guided_regex": "a", "guided_choice": ["b"]}, None, id="two"),
+    pytest.param({"guided_regex": "(unclosed"}, None, id="bad-regex"),
+    pytest.param({"guided_choice": []}, None, id="empty-choice"),
+    pytest.param({"guided_json": {"type": "string", "enum": []}}, "invalid_schema", id="unsat"),
+    pytest.param(
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": defs_chain()}}},
+        "schema_too_complex",
+        id="response_format",
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "code"), CHAT_CONSTRAINTS)
+@pytest.mark.parametrize("route", ["chat", "completions"])
+async def test_client_constraints_are_admitted_or_refused(
+    harness: Harness, extra: dict[str, Any], code: str | None, route: str
+) -> None:
+    if route == "chat":
+        resp = await harness.client.post("/v1/chat/completions", json=chat_body(**extra))
+    else:
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 3, **extra}
+        resp = await harness.client.post("/v1/completions", json=body)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    if code == "unsupported":
+        assert error["code"] == "unsupported_constraint"
+    elif code is not None:
+        assert error["code"] == code
+    assert harness.engine.requests == []  # vLLM never saw it
+
+
+@pytest.mark.parametrize(
+    ("extra", "regex"),
+    [
+        ({"guided_regex": "[a-c]{3}"}, "[a-c]{3}"),
+        ({"structured_outputs": {"regex": "yes|no"}}, "yes|no"),
+        ({"guided_choice": ["a.b", "c"]}, r"(a\.b|c)"),
+        ({"structured_outputs": {"choice": ["x"]}}, "(x)"),
+    ],
+)
+async def test_admitted_constraints_reach_the_engine_as_one_regex(
+    harness: Harness, extra: dict[str, Any], regex: str
+) -> None:
+    harness.engine.constrained = ["abc"]
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 3, **extra}
+    resp = await harness.client.post("/v1/completions", json=body)
+    assert resp.status_code == 200, resp.text
+    [(_, sent)] = harness.engine.requests
+    assert sent["structured_outputs"] == {"regex": regex}
+    assert not any(k.startswith("guided_") for k in sent)
+
+
+async def test_a_client_json_schema_is_sent_as_our_regex(harness: Harness) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 5}}}
+    harness.engine.constrained = ['{"n":3}']
+    resp = await harness.client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "x", "guided_json": schema}
+    )
+    assert resp.status_code == 200, resp.text
+    [(_, sent)] = harness.engine.requests
+    assert "[0-5]" in sent["structured_outputs"]["regex"] and "guided_json" not in sent
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+async def test_client_constraints_cannot_ride_along_with_tools(
+    harness: Harness, choice: str
+) -> None:
+    body = chat_body(tools=[WEATHER], tool_choice=choice, guided_regex="(a|b)*a(a|b){19}")
+    resp = await harness.client.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "guided_regex"
+    assert harness.engine.requests == []
+
+
+@pytest.mark.timeout(120)
+async def test_many_tools_compile_off_the_loop() -> None:
+    """A thousand distinct tool schemas: compiled in the worker, the loop stays responsive."""
+    cache = SchemaCache()
+    schemas = [
+        {"type": "object", "properties": {f"a{i}": {"type": "integer", "maximum": i}}}
+        for i in range(1000)
+    ]
+
+    async def compile_all() -> int:
+        return len([await cache.get(s, what=f"tools[{i}]") for i, s in enumerate(schemas)])
+
+    started = time.perf_counter()
+    lag, outcome = await max_loop_lag(compile_all())
+    elapsed = time.perf_counter() - started
+    assert outcome == 1000
+    # Compiled on the loop, the whole batch (over a second) was one stall: lag == elapsed.
+    # Relative, so a loaded machine slowing both does not fail it.
+    assert lag < max(0.3, elapsed / 4), (lag, elapsed)
