@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install serve test test-unit test-integration lint format bench clean
+.PHONY: help install serve test test-unit test-integration lint format bench eval clean
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
@@ -62,6 +62,11 @@ bench: install
 	$(BIN)/python -m bench.tool_validity --limit 60
 	$(BIN)/python -m bench.constraint_cost
 	$(BIN)/python -m bench.proxy_overhead
+
+# The agent golden task set against a running server (make serve); EVAL_ARGS="--fast" etc.
+EVAL_ARGS ?=
+eval: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.golden.run $(EVAL_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -18,6 +18,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from openai import AsyncOpenAI
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
 from agent.loop import Agent
+from agent.mcp import MCPServerSpec, MCPToolServer
 from agent.settings import AgentSettings, resolve_api_key, resolve_base_url
 from agent.state import AgentState, FinalStep, ModelStep, RunResult, ToolStep
 from agent.tools import ToolRegistry, load_tools_file
@@ -88,13 +90,11 @@ async def build_agent(
         for f in tools:
             registry.add_all(load_tools_file(f), group=f.stem)
         # Mounted tool lists are added here; each server stays up until the stack closes.
-        for text in mcp:
-            try:
-                from agent import mcp as mcp_mod  # type: ignore[attr-defined]
-            except ImportError as exc:
-                raise ConfigError("--mcp needs agent.mcp, which is not installed") from exc
-            spec = mcp_mod.MCPServerSpec.parse(text)
-            server = await stack.enter_async_context(mcp_mod.MCPToolServer(spec))
+        limits = settings.limits(**overrides)
+        for text in mcp:  # calls time out with the run's tool timeout; startup gets >= 30 s
+            spec = MCPServerSpec.parse(text, timeout_s=limits.tool_timeout_s)
+            spec = replace(spec, startup_timeout_s=max(30.0, limits.tool_timeout_s))
+            server = await stack.enter_async_context(MCPToolServer(spec))
             registry.add_all(server.tools, group=f"mcp:{spec.name}")
         link = None
         if memory:
@@ -112,7 +112,7 @@ async def build_agent(
             client,
             model or settings.model or await pick_model(client),
             registry,
-            limits=settings.limits(**overrides),
+            limits=limits,
             allow=allow or None,
             approver=approver,
             memory=link,
