@@ -60,6 +60,9 @@ def agents(
     baseline_lenient_calls: bool = typer.Option(
         False, help="Read calls the baseline writes as text (```json, <tool_call>)."
     ),
+    baseline_tool_choice: str | None = typer.Option(
+        None, help="tool_choice for the baseline arm (default: the scenario's)."
+    ),
     api_key: str | None = typer.Option(None, help="API key (default: $LOOPSTACK_API_KEY)."),
     model: str | None = typer.Option(None, help="Model (default: first of /v1/models)."),
     compare_unconstrained: bool = typer.Option(
@@ -90,7 +93,14 @@ def agents(
     from bench.agents.scenario import load_scenario
     from bench.agents.target import TargetConfig
 
-    sc = load_scenario(scenario)
+    for choice in (tool_choice, baseline_tool_choice):
+        if choice not in (None, "none", "auto", "required", "named"):
+            raise typer.BadParameter(f"tool_choice must be none|auto|required|named: {choice}")
+    try:
+        sc = load_scenario(scenario)
+    except BenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     updates = {k: v for k, v in {"tool_choice": tool_choice, "max_tokens": max_tokens}.items() if v}
     if updates:
         sc = sc.model_validate(sc.model_dump() | updates)
@@ -119,6 +129,7 @@ def agents(
             baseline_api_key or "EMPTY",
             baseline_model,
             lenient_text_calls=baseline_lenient_calls,
+            tool_choice=baseline_tool_choice,
         )
         if baseline_url
         else None

@@ -133,6 +133,8 @@ class LevelSummary:
     prompt_tokens_mean: float | None
     cache: CacheStats = field(default_factory=CacheStats)
     client_cached_token_share: float | None = None
+    engine: dict[str, float | None] = field(default_factory=dict)  # mean s per request
+    client_cpu_s_per_step: float | None = None
     saturated: bool = False
     stop_reason: str | None = None
 
@@ -255,3 +257,31 @@ def cache_delta(before: str | None, after: str | None) -> CacheStats:
         a, b = prom_counter(before, name), prom_counter(after, name)
         vals.append(None if a is None or b is None else b - a)
     return CacheStats(queries=vals[0], hits=vals[1])
+
+
+# vLLM's per-request histograms: mean seconds per request between two scrapes tell where a
+# step's time went inside the engine (queue, prefill, decode).
+ENGINE_HISTOGRAMS = {
+    "queue_s": "vllm:request_queue_time_seconds",
+    "prefill_s": "vllm:request_prefill_time_seconds",
+    "decode_s": "vllm:request_decode_time_seconds",
+    "e2e_s": "vllm:e2e_request_latency_seconds",
+    "ttft_s": "vllm:time_to_first_token_seconds",
+}
+
+
+def engine_delta(before: str | None, after: str | None) -> dict[str, float | None]:
+    """Mean of each engine histogram over the requests finished between two scrapes, and
+    the number of those requests (``requests``); engine-wide, so other clients count."""
+    out: dict[str, float | None] = {}
+    if before is None or after is None:
+        return out
+    for key, name in ENGINE_HISTOGRAMS.items():
+        s0, s1 = prom_counter(before, name + "_sum"), prom_counter(after, name + "_sum")
+        c0, c1 = prom_counter(before, name + "_count"), prom_counter(after, name + "_count")
+        if None in (s0, s1, c0, c1) or not (c1 or 0) - (c0 or 0):
+            out[key] = None
+            continue
+        out[key] = ((s1 or 0) - (s0 or 0)) / ((c1 or 0) - (c0 or 0))
+        out["requests"] = (c1 or 0) - (c0 or 0)
+    return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench._client import UNCONSTRAINED_EXTRA, percentile
-from bench.agents.metrics import StepRecord, cache_delta, summarize
+from bench.agents.metrics import StepRecord, cache_delta, engine_delta, summarize
 from bench.agents.result import (
     LevelResult,
     RunResult,
@@ -175,16 +176,21 @@ async def _run_level(
         progress.update(bar, advance=1, description=desc)
 
     salt = f"{nonce or 'run'}-{target.name}-{level:g}-{cfg.seed}"
-    runner = LevelRunner(
-        target, salted(scenario, salt), shape, target.name, nonce, schemas[target.name], on_step
-    )
+    sc = salted(scenario, salt)
+    if target.cfg.tool_choice:
+        sc = sc.model_copy(update={"tool_choice": target.cfg.tool_choice})
+    runner = LevelRunner(target, sc, shape, target.name, nonce, schemas[target.name], on_step)
     before = await target.scrape_metrics()
+    cpu0 = time.process_time()
     run = await runner.execute()
+    cpu = time.process_time() - cpu0
     after = await target.scrape_metrics()
     summary = summarize(
         target.name, level, cfg.mode, run.steps, run.tasks, cfg.slo_p95_step_s,
         cache_delta(before, after),
     )  # fmt: skip
+    summary.engine = engine_delta(before, after)
+    summary.client_cpu_s_per_step = cpu / len(run.steps) if run.steps else None
     summary.saturated = run.saturated
     summary.stop_reason = run.stop_reason
     return LevelResult(summary, run.steps, run.tasks, run.wall_s, run.dropped)

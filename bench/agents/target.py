@@ -79,6 +79,7 @@ class TargetConfig:
     model: str | None = None
     extra_body: JSON = field(default_factory=dict)
     lenient_text_calls: bool = False  # read ```json / <tool_call> text as calls (raw vLLM)
+    tool_choice: str | None = None  # overrides the scenario's mode for this target
     timeout_s: float = 600.0
 
     def public(self) -> JSON:
@@ -88,6 +89,7 @@ class TargetConfig:
             "model": self.model,
             "extra_body": self.extra_body,
             "lenient_text_calls": self.lenient_text_calls,
+            "tool_choice": self.tool_choice,
         }
 
 

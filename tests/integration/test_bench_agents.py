@@ -23,9 +23,12 @@ def test_two_agents_one_task_against_the_server(server: object, tmp_path: Path) 
     sc = sc.model_validate(
         sc.model_dump()
         | {
-            "max_tokens": 40,
+            "max_tokens": 32,
             "tool_latency": {"default": {"kind": "fixed", "value": 0.05}},
-            "tasks": [t.model_dump() | {"steps": 2} for t in sc.tasks[:2]],
+            # one small tool per task: one grammar to compile on first use
+            "tasks": [
+                t.model_dump() | {"steps": 2, "tools": ["search_code"]} for t in sc.tasks[:2]
+            ],
         }
     )
     base = server.base_url + "/v1"  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ from bench.agents.metrics import (
     TaskRecord,
     cache_delta,
     dist,
+    engine_delta,
     goodput,
     latency_growing,
     prom_counter,
@@ -114,3 +115,22 @@ def test_latency_growing() -> None:
     assert latency_growing([1, 1, 1, 2, 2, 2, 5, 6, 7])
     assert not latency_growing([1, 1, 1, 1.5, 1.5, 1.5, 1.9, 1.9, 1.9])
     assert not latency_growing([1, 50])  # too few to say
+
+
+def test_engine_breakdown_from_histograms() -> None:
+    before = (
+        'vllm:request_queue_time_seconds_sum{engine="0"} 1.0\n'
+        'vllm:request_queue_time_seconds_count{engine="0"} 2.0\n'
+        'vllm:request_decode_time_seconds_sum{engine="0"} 10.0\n'
+        'vllm:request_decode_time_seconds_count{engine="0"} 2.0\n'
+    )
+    after = (
+        'vllm:request_queue_time_seconds_sum{engine="0"} 7.0\n'
+        'vllm:request_queue_time_seconds_count{engine="0"} 5.0\n'
+        'vllm:request_decode_time_seconds_sum{engine="0"} 10.0\n'
+        'vllm:request_decode_time_seconds_count{engine="0"} 2.0\n'
+    )
+    e = engine_delta(before, after)
+    assert e["queue_s"] == pytest.approx(2.0) and e["requests"] == 3  # 6 s over 3 requests
+    assert e["decode_s"] is None and e["prefill_s"] is None  # no new requests / absent
+    assert engine_delta(None, after) == {}
