@@ -46,6 +46,11 @@ LEVEL_COLUMNS = [
     ("slo_s", lambda s: s.slo_s),
     ("prompt_tokens_mean", lambda s: s.prompt_tokens_mean),
     ("prefix_cache_hit_rate", lambda s: s.cache.hit_rate),
+    ("engine_queue_s", lambda s: s.engine.get("queue_s")),
+    ("engine_prefill_s", lambda s: s.engine.get("prefill_s")),
+    ("engine_decode_s", lambda s: s.engine.get("decode_s")),
+    ("engine_requests", lambda s: s.engine.get("requests")),
+    ("client_cpu_s_per_step", lambda s: s.client_cpu_s_per_step),
     ("saturated", lambda s: s.saturated),
 ]
 
