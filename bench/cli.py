@@ -70,6 +70,7 @@ def agents(
     ),
     tool_choice: str | None = typer.Option(None, help="Override: none|auto|required|named."),
     max_tokens: int | None = typer.Option(None, help="Override the scenario's max_tokens."),
+    steps: int | None = typer.Option(None, min=1, help="Override every task's step count."),
     arrival_rates: str | None = typer.Option(
         None, help="Open loop instead: Poisson arrivals in tasks/s, comma-separated."
     ),
@@ -101,7 +102,11 @@ def agents(
     except BenchError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    updates = {k: v for k, v in {"tool_choice": tool_choice, "max_tokens": max_tokens}.items() if v}
+    updates: dict[str, Any] = {
+        k: v for k, v in {"tool_choice": tool_choice, "max_tokens": max_tokens}.items() if v
+    }
+    if steps:
+        updates["tasks"] = [t.model_dump() | {"steps": steps} for t in sc.tasks]
     if updates:
         sc = sc.model_validate(sc.model_dump() | updates)
     mode: Mode = "open" if arrival_rates else "closed"
