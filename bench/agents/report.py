@@ -114,6 +114,11 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _legend(ax: Any) -> None:
+    if ax.get_legend_handles_labels()[0]:  # no data, no legend (and no warning)
+        ax.legend(fontsize=7)
+
+
 def _series(result: RunResult) -> dict[str, list[LevelSummary]]:
     return {arm: result.summaries(arm) for arm in result.arms()}
 
@@ -131,7 +136,7 @@ def write_plots(result: RunResult, out: Path) -> list[Path]:
     slo = result.config.get("slo_p95_step_s")
     if slo:
         ax.axhline(slo, color="red", lw=0.8, label=f"SLO {slo:g} s")
-    ax.legend(fontsize=7)
+    _legend(ax)
     paths.append(_save(fig, out / "step_latency_vs_agents.png"))
 
     fig, ax = _axes("Throughput", xlabel, "model calls (steps) / s")
@@ -151,7 +156,7 @@ def write_plots(result: RunResult, out: Path) -> list[Path]:
         if lat:
             ys = [(i + 1) / len(lat) for i in range(len(lat))]
             ax.step(lat, ys, where="post", label=f"{lv.summary.arm} {lv.summary.level:g}")
-    ax.legend(fontsize=7)
+    _legend(ax)
     paths.append(_save(fig, out / "latency_cdf.png"))
 
     fig, ax = _axes("Goodput (share of steps within the SLO)", xlabel, "goodput")
@@ -159,7 +164,7 @@ def write_plots(result: RunResult, out: Path) -> list[Path]:
         ax.plot([s.level for s in sums], [s.goodput for s in sums], "-o", label=arm)
     ax.axhline(0.95, color="red", lw=0.8, label="95 %")
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7)
+    _legend(ax)
     paths.append(_save(fig, out / "goodput_vs_agents.png"))
     return paths
 
