@@ -12,12 +12,12 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install serve test test-unit test-integration lint format bench eval clean
+.PHONY: help install serve test test-unit test-integration lint format bench bench-serving eval clean
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
 	@echo "make test    - install, lint, then run unit + integration tests (real model)"
-	@echo "make lint    - ruff + mypy";  echo "make bench   - serving benchmarks against a running server"
+	@echo "make lint    - ruff + mypy";  echo "make bench   - agent load sweep against a running server (bench-serving: the rest)"
 
 install: $(STAMP)
 
@@ -58,7 +58,14 @@ test-unit: install
 test-integration: install
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/integration tests/e2e $(PYTEST_ARGS)
 
+# Agent load sweep against the running `make serve` server: report in bench/results/agents/
+BENCH_URL ?= http://127.0.0.1:8000/v1
+BENCH_KEY ?= $(or $(LOOPSTACK_API_KEY),EMPTY)
 bench: install
+	$(BIN)/loopstack bench agents --base-url $(BENCH_URL) --api-key $(BENCH_KEY) --agents 1,4,16 \
+	  --tasks-per-agent 1 --max-level-s 180 --out bench/results/agents
+
+bench-serving: install
 	$(BIN)/python -m bench.tool_validity --limit 60
 	$(BIN)/python -m bench.constraint_cost
 	$(BIN)/python -m bench.proxy_overhead

@@ -1,0 +1,36 @@
+"""Agent-level load test and capacity plan (issue #8).
+
+A black box: everything here talks HTTP to an OpenAI-compatible endpoint and never imports
+``serving`` or ``agent``.  Modules, by noun:
+
+- ``scenario``  the scenario file (tasks, tools, latency distributions, trace replay)
+- ``target``    the ``Target`` protocol and the OpenAI-compatible streaming target
+- ``metrics``   step/task records, level summaries, Prometheus prefix-cache counters
+- ``scheduler`` closed loop (N agents) and open loop (Poisson arrivals), warmup, saturation
+- ``plan``      highest concurrency under an SLO and replicas for N agents
+- ``report``    JSON, CSV, PNG plots and the self-contained HTML report
+- ``requests``  request-level figures from ``vllm bench serve`` (run in a subprocess)
+- ``runner``    the sweep: arms (ours, baseline, unconstrained) interleaved per level
+
+Exceptions: ``BenchError`` is the root; ``ScenarioError`` (bad scenario or trace file)
+and ``TargetError`` (the endpoint cannot be reached at all) derive from it.
+"""
+
+from __future__ import annotations
+
+
+class BenchError(Exception):
+    """Root of the agent-bench exceptions.
+
+    BenchError
+    ├── ScenarioError   bad scenario file or trace file
+    └── TargetError     the endpoint cannot be reached / lists no model
+    """
+
+
+class ScenarioError(BenchError):
+    pass
+
+
+class TargetError(BenchError):
+    pass

@@ -1,0 +1,323 @@
+"""``loopstack bench``: the agent load test, request-level figures, and the capacity plan.
+
+    loopstack bench agents --base-url URL --agents 1,4,16 --tasks-per-agent K --out DIR \\
+        [--scenario FILE] [--slo-p95-step-s X] [--baseline-url URL] [--api-key KEY]
+    loopstack bench requests --base-url URL --concurrency 4 --num-prompts 16 --out DIR
+    loopstack bench plan DIR/result.json --agents N --slo-p95-step-s X
+
+``agents`` writes result.json, levels.csv, steps.csv, PNG plots and report.html into DIR;
+the last line it prints is a one-line summary with the batching gain and the plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from bench.agents import BenchError
+from bench.agents.plan import Plan
+from bench.agents.scheduler import Mode
+
+app = typer.Typer(help="Load tests and capacity plans against any OpenAI-compatible URL.")
+logger = logging.getLogger(__name__)
+
+DEFAULT_URL = "http://127.0.0.1:8000/v1"
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"not a comma-separated list of numbers: {text!r}") from exc
+    if not vals or any(v <= 0 for v in vals):
+        raise typer.BadParameter("levels must be positive")
+    return vals
+
+
+def _key(explicit: str | None) -> str:
+    return explicit or os.environ.get("LOOPSTACK_API_KEY") or "EMPTY"
+
+
+@app.command()
+def agents(
+    base_url: str = typer.Option(DEFAULT_URL, help="OpenAI-compatible base URL (…/v1)."),
+    agents: str = typer.Option("1,4,16", help="Concurrent agents per level, comma-separated."),
+    tasks_per_agent: int = typer.Option(1, min=1, help="Tasks each agent runs per level."),
+    out: Path = typer.Option(Path("bench/results/agents"), help="Output directory."),
+    scenario: Path | None = typer.Option(None, help="Scenario YAML/JSON (default: shipped)."),
+    slo_p95_step_s: float = typer.Option(10.0, help="SLO: p95 step latency (s)."),
+    min_goodput: float | None = typer.Option(
+        None, help="Alternative SLO: share of steps within --slo-p95-step-s (e.g. 0.95)."
+    ),
+    baseline_url: str | None = typer.Option(None, help="Second endpoint, run interleaved."),
+    baseline_api_key: str | None = typer.Option(None, help="Key for --baseline-url."),
+    baseline_model: str | None = typer.Option(None, help="Model at --baseline-url."),
+    baseline_lenient_calls: bool = typer.Option(
+        False, help="Read calls the baseline writes as text (```json, <tool_call>)."
+    ),
+    baseline_tool_choice: str | None = typer.Option(
+        None, help="tool_choice for the baseline arm (default: the scenario's)."
+    ),
+    api_key: str | None = typer.Option(None, help="API key (default: $LOOPSTACK_API_KEY)."),
+    model: str | None = typer.Option(None, help="Model (default: first of /v1/models)."),
+    compare_unconstrained: bool = typer.Option(
+        False, help="Also run an arm with extra_body loopstack.constrained=false."
+    ),
+    tool_choice: str | None = typer.Option(None, help="Override: none|auto|required|named."),
+    max_tokens: int | None = typer.Option(None, help="Override the scenario's max_tokens."),
+    steps: int | None = typer.Option(None, min=1, help="Override every task's step count."),
+    arrival_rates: str | None = typer.Option(
+        None, help="Open loop instead: Poisson arrivals in tasks/s, comma-separated."
+    ),
+    open_tasks: int = typer.Option(8, min=1, help="Open loop: arrivals per level."),
+    warmup_s: float = typer.Option(
+        0.0, help="Steps starting this early in a level are not counted."
+    ),
+    max_level_s: float = typer.Option(600.0, help="Time limit per level and arm."),
+    saturation_cap_s: float = typer.Option(120.0, help="Stop a level when a step exceeds this."),
+    seed: int = typer.Option(0),
+    plan_agents: int = typer.Option(100, help="N for the plan: agents to serve."),
+    requests: bool = typer.Option(
+        False, help="Also run vllm bench serve + the cross-check into the same report."
+    ),
+    tokenizer: str | None = typer.Option(None, help="For --requests (default: found)."),
+) -> None:
+    """Closed-loop (or open-loop) agent load sweep, report and plan."""
+    from bench.agents.report import write_report
+    from bench.agents.result import summary_line
+    from bench.agents.runner import SweepConfig, build_arms, run_sweep
+    from bench.agents.scenario import load_scenario
+    from bench.agents.target import TargetConfig
+
+    for choice in (tool_choice, baseline_tool_choice):
+        if choice not in (None, "none", "auto", "required", "named"):
+            raise typer.BadParameter(f"tool_choice must be none|auto|required|named: {choice}")
+    try:
+        sc = load_scenario(scenario)
+    except BenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    updates: dict[str, Any] = {
+        k: v for k, v in {"tool_choice": tool_choice, "max_tokens": max_tokens}.items() if v
+    }
+    if steps:
+        updates["tasks"] = [t.model_dump() | {"steps": steps} for t in sc.tasks]
+    if updates:
+        sc = sc.model_validate(sc.model_dump() | updates)
+    mode: Mode = "open" if arrival_rates else "closed"
+    cfg = SweepConfig(
+        levels=_floats(arrival_rates or agents),
+        mode=mode,
+        tasks_per_agent=tasks_per_agent,
+        open_tasks=open_tasks,
+        warmup_s=warmup_s,
+        max_level_s=max_level_s,
+        saturation_cap_s=saturation_cap_s,
+        seed=seed,
+        slo_p95_step_s=slo_p95_step_s,
+        min_goodput=min_goodput,
+        plan_agents=plan_agents,
+        compare_unconstrained=compare_unconstrained,
+    )
+    if mode == "closed" and any(v != int(v) for v in cfg.levels):
+        raise typer.BadParameter("--agents must be whole numbers")
+    main = TargetConfig("ours", base_url, _key(api_key), model)
+    base = (
+        TargetConfig(
+            "baseline",
+            baseline_url,
+            baseline_api_key or "EMPTY",
+            baseline_model,
+            lenient_text_calls=baseline_lenient_calls,
+            tool_choice=baseline_tool_choice,
+        )
+        if baseline_url
+        else None
+    )
+    arms = build_arms(main, base, compare_unconstrained)
+    try:
+        result = asyncio.run(run_sweep(arms, sc, cfg))
+        if requests:
+            result.requests = asyncio.run(_crosscheck(base_url, _key(api_key), model, tokenizer))
+    except BenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    paths = write_report(result, out)
+    _print_levels(result)
+    if result.plan:
+        _print_plan(result.plan)
+    for p in paths:
+        typer.echo(f"wrote {p}")
+    typer.echo(summary_line(result))
+
+
+async def _crosscheck(
+    base_url: str,
+    api_key: str,
+    model: str | None,
+    tokenizer: str | None,
+    concurrency: int = 4,
+    num_prompts: int = 16,
+    input_len: int = 128,
+    output_len: int = 64,
+    repeats: int = 1,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    from bench.agents.requests import RequestLoad, crosscheck, find_tokenizer
+    from bench.agents.target import OpenAITarget, TargetConfig
+
+    tok = tokenizer or find_tokenizer()
+    if not tok:
+        raise BenchError("no tokenizer: pass --tokenizer (the converted model folder)")
+    t = await OpenAITarget(TargetConfig("ours", base_url, api_key, model)).open()
+    await t.close()
+    load = RequestLoad(
+        base_url=base_url,
+        api_key=api_key,
+        model=t.model,
+        tokenizer=tok,
+        num_prompts=num_prompts,
+        input_len=input_len,
+        output_len=output_len,
+        concurrency=concurrency,
+    )
+    return await crosscheck(load, repeats=repeats, log_dir=out)
+
+
+@app.command("requests")
+def requests_cmd(
+    base_url: str = typer.Option(DEFAULT_URL, help="OpenAI-compatible base URL (…/v1)."),
+    api_key: str | None = typer.Option(None, help="API key (default: $LOOPSTACK_API_KEY)."),
+    model: str | None = typer.Option(None),
+    tokenizer: str | None = typer.Option(None, help="Tokenizer folder (default: found)."),
+    concurrency: int = typer.Option(4, min=1),
+    num_prompts: int = typer.Option(16, min=1),
+    input_len: int = typer.Option(128, min=8),
+    output_len: int = typer.Option(64, min=1),
+    repeats: int = typer.Option(1, min=1, help="Alternating vllm/ours runs, averaged."),
+    out: Path = typer.Option(Path("bench/results/requests")),
+) -> None:
+    """vllm bench serve against the endpoint, cross-checked with our harness."""
+    from bench.agents.report import write_report
+    from bench.agents.result import RunResult
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        req = asyncio.run(
+            _crosscheck(
+                base_url, _key(api_key), model, tokenizer, concurrency, num_prompts,
+                input_len, output_len, repeats, out,
+            )
+        )  # fmt: skip
+    except BenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    import datetime as dt
+
+    result = RunResult(
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        mode="requests",
+        config={"base_url": base_url},
+        scenario={"name": "crosscheck-single-step"},
+        targets=[{"name": "ours", "base_url": base_url, "model": model, "extra_body": {}}],
+        requests=req,
+    )
+    for p in write_report(result, out):
+        typer.echo(f"wrote {p}")
+    v, o, c = req["vllm"], req["ours"], req["comparison"]
+    typer.echo(
+        f"vllm bench serve: TTFT mean {v.get('mean_ttft_ms', 0):.0f} ms, median "
+        f"{v.get('median_ttft_ms', 0):.0f} ms, output {v.get('output_throughput', 0):.2f} tok/s"
+    )
+    typer.echo(
+        f"our harness:      TTFT mean {1e3 * (o.get('ttft_mean_s') or 0):.0f} ms, median "
+        f"{1e3 * (o.get('ttft_p50_s') or 0):.0f} ms, output {o.get('output_tok_s') or 0:.2f} tok/s"
+    )
+    typer.echo(
+        f"CROSSCHECK ours/vllm: TTFT median {_r(c['ttft_median_ratio'])}, mean "
+        f"{_r(c['ttft_mean_ratio'])}, output tok/s {_r(c['output_tok_s_ratio'])} -> "
+        f"{'within 10 %' if c['within_10pct'] else 'NOT within 10 %'}"
+    )
+
+
+def _r(v: object) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else "n/a"
+
+
+@app.command()
+def plan(
+    result_json: Path = typer.Argument(..., exists=True, help="result.json of an agents run."),
+    agents: int = typer.Option(..., min=1, help="N: agents to serve."),
+    slo_p95_step_s: float = typer.Option(..., help="SLO: p95 step latency (s)."),
+    min_goodput: float | None = typer.Option(None, help="Use goodput >= this instead of p95."),
+    arm: str = typer.Option("ours", help="Which arm of the result to plan for."),
+) -> None:
+    """Recompute the plan from a saved result for another N or SLO (no new load)."""
+    from bench.agents.result import load_result, make_plan
+
+    try:
+        result = load_result(result_json)
+    except Exception as exc:
+        typer.echo(f"error: cannot read {result_json}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if arm not in result.arms():
+        typer.echo(f"error: no arm {arm!r} in {result_json} (has {result.arms()})", err=True)
+        raise typer.Exit(2)
+    p = make_plan(result, agents, slo_p95_step_s, min_goodput, arm)
+    _print_plan(p)
+    typer.echo(p.line())
+
+
+def _print_levels(result: object) -> None:
+    from bench._client import print_table
+    from bench.agents.result import RunResult
+
+    assert isinstance(result, RunResult)
+    rows = []
+    for lv in result.levels:
+        s = lv.summary
+        rows.append(
+            [s.arm, f"{s.level:g}", s.steps, s.cold_steps, _x(s.step_latency.p50),
+             _x(s.step_latency.p95), _x(s.ttft.p50), _x(s.cold_step_latency.p50),
+             _x(s.steps_per_s, 3), _x(s.output_tok_s), _x(s.goodput), s.errors, s.http_429,
+             _x(s.cache.hit_rate), "yes" if s.saturated else ""]
+        )  # fmt: skip
+    print_table(
+        ["arm", "level", "steps", "cold", "p50 s", "p95 s", "TTFT p50", "cold p50", "steps/s",
+         "tok/s", "goodput", "err", "429", "cache hit", "saturated"],
+        rows,
+    )  # fmt: skip
+    for c in result.comparisons:
+        typer.echo(
+            f"{c.what} at {c.level:g}: {c.num}/{c.den} step p50 {_x(c.step_p50_ratio, 3)}, "
+            f"TTFT p50 {_x(c.ttft_p50_ratio, 3)}, steps/s {_x(c.steps_per_s_ratio, 3)}"
+        )
+    for n in result.notes:
+        typer.echo(f"note: {n}")
+
+
+def _x(v: float | None, d: int = 2) -> str:
+    return "-" if v is None else f"{v:.{d}f}"
+
+
+def _print_plan(p: Plan) -> None:
+    typer.echo("plan per level: " + ", ".join(
+        f"{x.agents:g} agents p95 {_x(x.p95_step_s)} s goodput {_x(x.goodput)}"
+        f"{' OK' if x.meets else ' miss'}" for x in p.points
+    ))  # fmt: skip
+    typer.echo(f"formula: {p.formula}")
+    if p.replicas_by_rate is not None:
+        typer.echo(
+            f"  C* = {p.per_replica:g} agents; per agent {_x(p.per_agent_calls_per_s, 3)} "
+            f"calls/s; one replica {_x(p.replica_calls_per_s, 3)} calls/s at C* -> "
+            f"R_rate = {p.replicas_by_rate}"
+        )
+    for a in p.assumptions:
+        typer.echo(f"  assumes: {a}")
+    for n in p.notes:
+        typer.echo(f"  note: {n}")

@@ -1,0 +1,50 @@
+"""The agent load harness against the real server: two agents, one short task each, real
+tool calls in required mode, a report written, /metrics read (budget: about a minute)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bench.agents.report import write_report
+from bench.agents.runner import SweepConfig, run_sweep
+from bench.agents.scenario import load_scenario
+from bench.agents.target import TargetConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
+API_KEY = "test-key-123"
+
+
+def test_two_agents_one_task_against_the_server(server: object, tmp_path: Path) -> None:
+    sc = load_scenario()
+    # two steps of the shipped scenario, short replies, quick simulated tools
+    sc = sc.model_validate(
+        sc.model_dump()
+        | {
+            "max_tokens": 32,
+            "tool_latency": {"default": {"kind": "fixed", "value": 0.05}},
+            # one small tool per task: one grammar to compile on first use
+            "tasks": [
+                t.model_dump() | {"steps": 2, "tools": ["search_code"]} for t in sc.tasks[:2]
+            ],
+        }
+    )
+    base = server.base_url + "/v1"  # type: ignore[attr-defined]
+    cfg = SweepConfig(levels=[2], tasks_per_agent=1, max_level_s=200, slo_p95_step_s=60)
+    res = asyncio.run(run_sweep([TargetConfig("ours", base, API_KEY)], sc, cfg))
+    lv = res.levels[0]
+    s = lv.summary
+    assert s.errors == 0, [x.error for x in lv.steps if not x.ok]
+    assert s.steps == 4 and {t.outcome for t in lv.tasks} == {"done"}
+    # every step returned a real call to one of the offered (renamed) tools
+    assert all(x.tool_calls >= 1 and x.finish_reason == "tool_calls" for x in lv.steps)
+    # the context grew: the second step of each task saw the first call and its result
+    firsts = {x.agent: x.prompt_tokens for x in lv.steps if x.step == 0}
+    assert all(x.prompt_tokens > firsts[x.agent] + 50 for x in lv.steps if x.step == 1)
+    assert all(x.ttft_s is not None and 0 < x.ttft_s <= x.latency_s for x in lv.steps)
+    assert s.cold_steps >= 1 and s.output_tok_s and s.output_tok_s > 0
+    assert s.cache.queries is not None and s.cache.queries > 0  # vLLM's counters moved
+    paths = write_report(res, tmp_path)
+    assert (tmp_path / "report.html").stat().st_size > 10_000 and len(paths) == 8
