@@ -77,30 +77,38 @@ def _signal_all(sig: int) -> None:
         signal.signal(sig, previous)
 
 
-def _reap() -> None:
-    """Collect exited children (as a subreaper we inherit orphans)."""
-    with contextlib.suppress(ChildProcessError):
-        while True:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                return
+class _Children:
+    """Reaps every exited child (as a subreaper we inherit orphans) and keeps the engine's
+    exit status; no `psutil` in this loop, it runs four times a second."""
+
+    def __init__(self, engine_pid: int):
+        self.engine_pid = engine_pid
+        self.engine_code: int | None = None
+
+    def reap(self) -> None:
+        with contextlib.suppress(ChildProcessError):
+            while True:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    return
+                if pid == self.engine_pid:
+                    self.engine_code = os.waitstatus_to_exitcode(status)
 
 
-def stop_group(engine: subprocess.Popen[bytes], grace_s: float) -> None:
+def stop_group(children: _Children, grace_s: float) -> None:
     """SIGTERM the engine's group; SIGKILL whatever is still alive after `grace_s`."""
     _signal_all(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        _reap()
-        if engine.poll() is not None and not _descendants():
+        children.reap()
+        if children.engine_code is not None and not _descendants():
             return
         time.sleep(0.1)
     for proc in _descendants():
         with contextlib.suppress(Exception):
             proc.kill()
-    engine.poll()
     time.sleep(0.05)
-    _reap()
+    children.reap()
 
 
 def _exit_status(code: int) -> int:
@@ -122,11 +130,13 @@ def run(argv: Sequence[str], *, parent: int, grace_s: float) -> int:
     if os.getppid() != parent:  # the server died before the death signal was armed
         return 1
     engine = subprocess.Popen(list(argv), preexec_fn=_die_with_parent)
+    children = _Children(engine.pid)
     last_parent_check = 0.0
     while True:
-        code = engine.poll()
-        if code is not None:
-            stop_group(engine, grace_s)  # vLLM died: its engine core must not outlive it
+        children.reap()
+        if children.engine_code is not None:
+            code = children.engine_code
+            stop_group(children, grace_s)  # vLLM died: its engine core must not outlive it
             return _exit_status(code)
         now = time.monotonic()
         if now - last_parent_check >= PARENT_POLL_S:
@@ -139,19 +149,9 @@ def run(argv: Sequence[str], *, parent: int, grace_s: float) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            stop_group(engine, grace_s)
+            stop_group(children, grace_s)
             return 0
-        _reap_orphans_except(engine)
         time.sleep(POLL_S)
-
-
-def _reap_orphans_except(engine: subprocess.Popen[bytes]) -> None:
-    """Collect orphans re-parented to us, leaving the engine to `Popen.poll`."""
-    with contextlib.suppress(ChildProcessError):
-        for proc in _descendants():
-            if proc.pid != engine.pid and proc.ppid() == os.getpid():
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(proc.pid, os.WNOHANG)
 
 
 def main(args: Sequence[str] | None = None) -> int:
