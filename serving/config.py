@@ -54,7 +54,7 @@ class ServerSettings(BaseSettings):
     engine_restart_timeout_s: float | None = Field(
         default=None,
         description="Limit for the first restart attempt after the engine died (default: the "
-        "start timeout); doubles after each attempt that times out, up to the start timeout.",
+        "start timeout); once an attempt has timed out, later ones get the start timeout.",
     )
     shutdown_grace_s: float = Field(
         default=10.0,

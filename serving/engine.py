@@ -173,7 +173,7 @@ class VLLMEngine:
                     logger.info("vLLM is up at %s (pid %d)", self.base_url, proc.pid)
                     return
                 await asyncio.sleep(0.5)
-            raise EngineStartTimeout(f"vLLM did not become healthy in {timeout_s:.0f} s")
+            raise EngineStartTimeout(f"vLLM did not become healthy in {timeout_s:g} s")
         except BaseException:
             self._proc = None
             await proc.terminate(0.0)  # kill the whole group at once: it never served
@@ -224,8 +224,9 @@ class VLLMEngine:
     async def restart(self) -> None:
         """Kill what is left of the engine and start it again until it is up: never fatal.
 
-        Attempts back off exponentially (capped); an attempt that times out is followed by
-        one with twice the time (up to the start timeout), since a slow machine stays slow."""
+        Attempts back off exponentially (capped). The first attempt is given the restart
+        timeout (a restart is usually quicker than a cold start); once one has timed out,
+        every later attempt gets the full start timeout: a slow machine stays slow."""
         self.state = "restarting"
         self.restarts += 1
         started = time.monotonic()
@@ -241,7 +242,7 @@ class VLLMEngine:
                 delay = self.backoff.delay(attempt)
                 attempt += 1
                 if isinstance(exc, EngineStartTimeout):
-                    timeout_s = min(2 * timeout_s, max(self.start_timeout_s, timeout_s))
+                    timeout_s = max(self.start_timeout_s, timeout_s)
                 logger.error(
                     "vLLM restart attempt %d failed (%s); next attempt in %.0f s",
                     attempt,

@@ -133,7 +133,7 @@ def test_kill_9_of_the_server_leaves_no_engine_behind(engine_port: int, tmp_path
     env = {"LOOPSTACK_API_KEY": API_KEY, "LOOPSTACK_ENGINE_PORT": str(engine_port)}
     proc = start_server(log, env, free_port())
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + START_TIMEOUT_S
         while len(engine_procs(proc.pid)) < 3:  # launcher, vLLM, engine core
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the engine never started"
@@ -208,7 +208,7 @@ def test_engine_killed_mid_stream_and_a_slow_restart_recover_by_themselves(life:
     assert 3 <= got < 400
 
     saw_503 = saw_request_503 = False
-    deadline = time.monotonic() + 400
+    deadline = time.monotonic() + RESTART_TIMEOUT_S + START_TIMEOUT_S
     while True:
         r = httpx.get(life.base + "/health", timeout=10)
         if r.status_code == 200:
@@ -228,7 +228,7 @@ def test_engine_killed_mid_stream_and_a_slow_restart_recover_by_themselves(life:
     log = life.log.read_text()
     print(f"engine killed -> healthy again in {recovered:.0f} s")
     assert saw_503 and saw_request_503
-    assert f"did not become healthy in {RESTART_TIMEOUT_S:.0f} s" in log, "no slow attempt"
+    assert f"did not become healthy in {RESTART_TIMEOUT_S:g} s" in log, "no slow attempt"
     assert "vLLM restarted in" in log
     done = client.chat.completions.create(
         model=life.model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5
