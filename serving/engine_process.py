@@ -98,7 +98,7 @@ class EngineProcess:
                     break
                 await asyncio.sleep(0.1)
         leftovers = self.pids()
-        if self.alive() or len(leftovers) > 1:
+        if timeout_s > 0 and (self.alive() or len(leftovers) > 1):
             logger.warning("engine did not stop in %.1f s: killing its process group", timeout_s)
         self.kill_now()
         for _ in range(50):  # SIGKILL is not instantaneous; reap the launcher
