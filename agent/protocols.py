@@ -37,3 +37,16 @@ class ToolResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "data": self.data, "error": self.error}
+
+
+@runtime_checkable
+class MemoryLink(Protocol):
+    """Long-term memory as the loop uses it (`agent.longterm.StoreMemory` implements it)."""
+
+    async def recall(self, query: str) -> str:
+        """The block to put into the system prompt ('' when nothing is relevant)."""
+        ...
+
+    async def write_back(
+        self, goal: str, answer: str, *, evidence: list[str], done: bool
+    ) -> None: ...

@@ -115,10 +115,12 @@ class MemoryStore:
         query: str,
         *,
         user_id: str,
-        budget_tokens: int | None = 600,
+        budget_tokens: int | None = None,
         mode: RecallMode = "hybrid",
         **kw: Any,
     ) -> Recall:
+        """``budget_tokens=None`` uses the configured default (``MemorySettings.budget_tokens``,
+        ``LOOPSTACK_MEMORY_BUDGET_TOKENS``)."""
         return self._run(
             self.aio.recall(query, user_id=user_id, budget_tokens=budget_tokens, mode=mode, **kw)
         )

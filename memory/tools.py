@@ -17,7 +17,7 @@ from memory.exceptions import LoopstackMemoryError, RejectedError
 from memory.records import MemorySource, MemoryType
 from memory.store import AsyncMemoryStore
 
-__all__ = ["RECALL_MEMORY", "SAVE_MEMORY", "TOOLS", "call_tool"]
+__all__ = ["RECALL_MEMORY", "SAVE_MEMORY", "TOOLS", "MemoryTool", "call_tool", "memory_tools"]
 
 RECALL_MEMORY: dict[str, Any] = {
     "type": "function",
@@ -155,3 +155,45 @@ async def call_tool(
         raise
     note = "" if explicit or evidence else " (no evidence given: kept with low weight)"
     return f"saved as {rid}{note}"
+
+
+class MemoryTool:
+    """One memory tool for one user, shaped like the agent's ``Tool`` protocol (structurally:
+    memory never imports the agent). The scope comes from the host, never from the model."""
+
+    dangerous = False
+
+    def __init__(
+        self,
+        store: AsyncMemoryStore,
+        name: str,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        fn = _BY_NAME[name]["function"]
+        self.name: str = fn["name"]
+        self.description: str = fn["description"]
+        self.parameters: dict[str, Any] = fn["parameters"]
+        self._store = store
+        self._scope = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
+
+    async def call(self, arguments: dict[str, Any]) -> str:
+        return await call_tool(self._store, self.name, arguments, **self._scope)  # type: ignore[arg-type]
+
+
+def memory_tools(
+    store: AsyncMemoryStore,
+    *,
+    user_id: str,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+) -> list[MemoryTool]:
+    """``recall_memory`` and ``save_memory`` bound to one user's scope."""
+    return [
+        MemoryTool(
+            store, t["function"]["name"], user_id=user_id, agent_id=agent_id, session_id=session_id
+        )
+        for t in TOOLS
+    ]

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serving.admission import Admission
 from serving.chat import ChatService
 from serving.embeddings import MINILM_NAMES, EmbeddingService
-from serving.engine import ENGINE_RETRY_AFTER_S, Engine
+from serving.engine import ENGINE_RETRY_AFTER_S, Engine, session_key_var
 from serving.exceptions import (
     AuthenticationFailed,
     ModelNotFound,
@@ -185,11 +185,13 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
     @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         check_model(req.model)
+        bind_session(request, req.model_extra)
         return await _generate(request, lambda: state.chat.create(req))
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(req: CompletionRequest, request: Request) -> Response:
         check_model(req.model)
+        bind_session(request, req.model_extra)
         body = req.model_dump(exclude_none=True)
         body["model"] = state.engine.model_name
 
@@ -258,6 +260,12 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
             await slot.__aexit__(None, None, None)
 
     return app
+
+
+def bind_session(request: Request, extra: dict[str, Any] | None) -> None:
+    """The session key engine calls carry (`x-session-id` header, else the OpenAI `user`)."""
+    user = (extra or {}).get("user")
+    session_key_var.set(request.headers.get("x-session-id") or (str(user) if user else None))
 
 
 async def _relay(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import hashlib
 import json
 import logging
 import os
@@ -42,8 +44,20 @@ from serving.exceptions import (
 )
 
 logger = logging.getLogger(__name__)
+# Session key of the request being served (set by serving.api): sent as `x-session-id` on every
+# engine call, so a session-aware router in front of several vLLM replicas keeps it on one.
+session_key_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "session_key", default=None
+)
 
-__all__ = ["ENGINE_RETRY_AFTER_S", "Backoff", "Engine", "UpstreamError", "VLLMEngine"]
+__all__ = [
+    "ENGINE_RETRY_AFTER_S",
+    "Backoff",
+    "Engine",
+    "UpstreamError",
+    "VLLMEngine",
+    "session_key_var",
+]
 
 ENGINE_RETRY_AFTER_S = 5
 EngineState = Literal["idle", "starting", "ready", "restarting", "stopping", "stopped"]
@@ -333,7 +347,7 @@ class VLLMEngine:
         self._check_ready()
         body = self._outgoing(body)
         try:
-            r = await self._client.post(path, json=body)
+            r = await self._client.post(path, json=body, headers=_session_headers())
         except httpx.HTTPError as exc:
             raise self._transport_error("engine unreachable", exc) from exc
         data = _json_or_text(r.content)
@@ -346,7 +360,9 @@ class VLLMEngine:
         self._check_ready()
         body = self._outgoing(body)
         try:
-            async with self._client.stream("POST", path, json=body) as r:
+            async with self._client.stream(
+                "POST", path, json=body, headers=_session_headers()
+            ) as r:
                 if r.status_code != 200:
                     raise UpstreamError(r.status_code, _json_or_text(await r.aread()))
                 async for line in r.aiter_lines():
@@ -393,6 +409,15 @@ async def sse_json(lines: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any]
         aclose = getattr(lines, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _session_headers() -> dict[str, str] | None:
+    key = session_key_var.get()
+    if not key:
+        return None
+    if not (key.isascii() and key.isprintable() and len(key) <= 128):  # e.g. a non-ASCII `user`
+        key = hashlib.sha256(key.encode()).hexdigest()
+    return {"x-session-id": key}
 
 
 def _json_or_text(raw: bytes) -> dict[str, Any]:

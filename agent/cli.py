@@ -1,0 +1,304 @@
+"""``loopstack agent``: run a goal, chat, and show traces.
+
+    loopstack agent run "GOAL" --tools FILE.py [--mcp "CMD ARGS"]... [--user ID]
+                               [--max-steps N] [--base-url URL] [--json]
+    loopstack agent chat --tools FILE.py
+    loopstack agent trace show RUN
+
+Endpoint: ``--base-url``, else ``LOOPSTACK_BASE_URL``, else ``OPENAI_BASE_URL``, else
+``http://127.0.0.1:8000/v1``; key ``LOOPSTACK_API_KEY`` or ``OPENAI_API_KEY``; model: the
+first chat model ``/v1/models`` lists. ``--json`` prints one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import typer
+from openai import AsyncOpenAI
+
+from agent.exceptions import AgentError, ConfigError
+from agent.guard import ApprovalRequest, Approver, terminal_approver
+from agent.loop import Agent
+from agent.settings import AgentSettings, resolve_api_key, resolve_base_url
+from agent.state import AgentState, FinalStep, ModelStep, RunResult, ToolStep
+from agent.tools import ToolRegistry, load_tools_file
+
+app = typer.Typer(help="Run tool-using agents against an OpenAI-compatible endpoint.")
+trace_app = typer.Typer(help="Inspect run traces ($LOOPSTACK_HOME/traces).")
+app.add_typer(trace_app, name="trace")
+
+logger = logging.getLogger(__name__)
+
+_EMBEDDING_HINTS = ("minilm", "embed", "bge-", "e5-", "gte-")
+
+TOOLS_OPT = typer.Option(None, "--tools", help="Python file: its typed, documented functions.")
+MCP_OPT = typer.Option(None, "--mcp", help='MCP server command, e.g. "uvx mcp-server-time".')
+ALLOW_OPT = typer.Option(None, "--allow", help="Only these tools (repeatable).")
+
+
+async def pick_model(client: AsyncOpenAI) -> str:
+    """The first model ``/v1/models`` lists that is not an embedding model."""
+    ids = [m.id async for m in client.models.list()]
+    for mid in ids:
+        if not any(h in mid.lower() for h in _EMBEDDING_HINTS):
+            return mid
+    if ids:
+        return ids[0]
+    raise ConfigError("the endpoint lists no model: pass --model")
+
+
+@asynccontextmanager
+async def build_agent(
+    *,
+    tools: list[Path],
+    mcp: list[str],
+    user: str,
+    memory: bool,
+    base_url: str | None,
+    model: str | None,
+    allow: list[str] | None,
+    approve_dangerous: bool,
+    overrides: dict[str, Any],
+    client: AsyncOpenAI | None = None,
+) -> AsyncIterator[Agent]:
+    """Everything a CLI run needs, closed again on exit (MCP servers, memory store)."""
+    settings = AgentSettings()
+    async with AsyncExitStack() as stack:
+        if client is None:
+            client = AsyncOpenAI(
+                base_url=resolve_base_url(base_url),
+                api_key=resolve_api_key(),
+                timeout=settings.request_timeout_s,
+                max_retries=2,
+            )
+            stack.push_async_callback(client.close)
+        registry = ToolRegistry()
+        for f in tools:
+            registry.add_all(load_tools_file(f), group=f.stem)
+        # Mounted tool lists are added here; each server stays up until the stack closes.
+        for text in mcp:
+            try:
+                from agent import mcp as mcp_mod  # type: ignore[attr-defined]
+            except ImportError as exc:
+                raise ConfigError("--mcp needs agent.mcp, which is not installed") from exc
+            spec = mcp_mod.MCPServerSpec.parse(text)
+            server = await stack.enter_async_context(mcp_mod.MCPToolServer(spec))
+            registry.add_all(server.tools, group=f"mcp:{spec.name}")
+        link = None
+        if memory:
+            from agent.longterm import StoreMemory, open_store
+
+            store = await open_store().open()
+            stack.push_async_callback(store.close)
+            link = StoreMemory(store, user_id=user)
+            registry.add_all(link.tools(), group="memory")
+        approver: Approver | None = terminal_approver()
+        if approve_dangerous:
+            approver = _approve_dangerous(approver)
+        agent = Agent(
+            client,
+            model or settings.model or await pick_model(client),
+            registry,
+            limits=settings.limits(**overrides),
+            allow=allow or None,
+            approver=approver,
+            memory=link,
+            text_answers=settings.text_answers,
+            otel_endpoint=settings.otel_endpoint,
+        )
+        if settings.tokenizer:
+            from agent.context import TokenCounter
+
+            agent.counter = TokenCounter(settings.tokenizer)
+        yield agent
+
+
+def _approve_dangerous(fallback: Approver | None) -> Approver:
+    """--approve: dangerous tools run; suspicious (possibly injected) calls still ask."""
+
+    async def approve(req: ApprovalRequest) -> bool:
+        if req.why == "dangerous":
+            return True
+        from agent.guard import ask
+
+        return await ask(fallback, req)
+
+    return approve
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not verbose:
+        for noisy in ("httpx", "openai", "sentence_transformers"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.command()
+def run(
+    goal: str = typer.Argument(..., help="What the agent should do."),
+    tools: list[Path] = TOOLS_OPT,
+    mcp: list[str] = MCP_OPT,
+    user: str = typer.Option("default", "--user", help="Memory is kept per user."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1),
+    max_tool_calls: int | None = typer.Option(None, "--max-tool-calls", min=0),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Token budget of the run."),
+    wall_clock: float | None = typer.Option(None, "--timeout", help="Wall-clock limit (s)."),
+    tool_timeout: float | None = typer.Option(None, "--tool-timeout"),
+    base_url: str | None = typer.Option(None, "--base-url"),
+    model: str | None = typer.Option(None, "--model"),
+    allow: list[str] = ALLOW_OPT,
+    approve: bool = typer.Option(False, "--approve", help="Allow dangerous tools."),
+    memory: bool = typer.Option(True, "--memory/--no-memory"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on the last line."),
+    verbose: bool = typer.Option(False, "-v", "--verbose"),
+) -> None:
+    """Run one goal to a final answer."""
+    _setup_logging(verbose)
+    overrides = {
+        "max_steps": max_steps,
+        "max_tool_calls": max_tool_calls,
+        "max_tokens": max_tokens,
+        "wall_clock_s": wall_clock,
+        "tool_timeout_s": tool_timeout,
+    }
+
+    async def go() -> RunResult:
+        async with build_agent(
+            tools=tools or [],
+            mcp=mcp or [],
+            user=user,
+            memory=memory,
+            base_url=base_url,
+            model=model,
+            allow=allow,
+            approve_dangerous=approve,
+            overrides=overrides,
+        ) as agent:
+            result = RunResult(run_id=(state := AgentState(goal=goal)).run_id)
+            async for step in agent.steps(goal, state=state):
+                result.fold(step)
+                if not as_json:
+                    _echo_step(step)
+            result.tokens = {
+                "prompt": state.usage.prompt_tokens,
+                "completion": state.usage.completion_tokens,
+                "total": state.usage.total,
+            }
+            result.trace_path = str(agent.last_trace_path or "")
+            result.elapsed_s = state.elapsed()
+            return result
+
+    try:
+        result = asyncio.run(go())
+    except (AgentError, OSError) as exc:
+        message = exc.message if isinstance(exc, AgentError) else str(exc)
+        if as_json:
+            out = {"status": "error", "reason": "config_error", "answer": "", "steps": 0}
+            typer.echo(json.dumps(out | {"tool_calls": [], "trace_path": "", "error": message}))
+        else:
+            typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), ensure_ascii=False, default=str))
+    else:
+        typer.echo(f"\n{result.answer}\n")
+        typer.echo(
+            f"[{result.status} ({result.reason}), {result.steps} steps, "
+            f"{len(result.tool_calls)} tool calls, {result.tokens.get('total', 0)} tokens; "
+            f"trace: {result.trace_path}]",
+            err=True,
+        )
+
+
+def _echo_step(step: Any) -> None:
+    if isinstance(step, ModelStep) and step.decision == "tool_calls":
+        for name, args in step.calls:
+            typer.echo(f"-> {name}({json.dumps(args, ensure_ascii=False)})", err=True)
+    elif isinstance(step, ToolStep):
+        typer.echo(f"<- {step.name}: {step.status}: {step.summary[:160]}", err=True)
+    elif isinstance(step, FinalStep) and step.status != "done":
+        typer.echo(f"!! {step.status} ({step.reason})", err=True)
+
+
+@app.command()
+def chat(
+    tools: list[Path] = TOOLS_OPT,
+    mcp: list[str] = MCP_OPT,
+    user: str = typer.Option("default", "--user"),
+    base_url: str | None = typer.Option(None, "--base-url"),
+    model: str | None = typer.Option(None, "--model"),
+    allow: list[str] = ALLOW_OPT,
+    memory: bool = typer.Option(True, "--memory/--no-memory"),
+    verbose: bool = typer.Option(False, "-v", "--verbose"),
+) -> None:
+    """Interactive chat; answers stream as they are written. Empty line or Ctrl-D quits."""
+    _setup_logging(verbose)
+
+    async def go() -> None:
+        async with build_agent(
+            tools=tools or [],
+            mcp=mcp or [],
+            user=user,
+            memory=memory,
+            base_url=base_url,
+            model=model,
+            allow=allow,
+            approve_dangerous=False,
+            overrides={},
+        ) as agent:
+            agent.on_text = _write
+            state: AgentState | None = None
+            while True:
+                line = await asyncio.to_thread(_read_line)
+                if not line:
+                    break
+                state = state or AgentState(goal=line)
+                sys.stdout.write("agent> ")
+                async for step in agent.steps(line, state=state):
+                    if isinstance(step, FinalStep) and not step.forced:
+                        sys.stdout.write(step.answer)
+                    elif not isinstance(step, FinalStep):
+                        _echo_step(step)
+                sys.stdout.write("\n")
+
+    asyncio.run(go())
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _read_line() -> str:
+    try:
+        return input("you> ").strip()
+    except EOFError:
+        return ""
+
+
+@trace_app.command("show")
+def trace_show(run: str = typer.Argument(..., help="Run id (a prefix is enough) or path.")) -> None:
+    """Print a run's timeline."""
+    from agent.trace import show_trace
+
+    try:
+        show_trace(run)
+    except FileNotFoundError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+
+
+if __name__ == "__main__":
+    app()

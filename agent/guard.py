@@ -1,0 +1,150 @@
+"""Call guards: approval of dangerous calls, the structural injection check, and the
+repeated-call signature.
+
+Approval comes only from the host: an `Approver` callback, or an interactive prompt when a
+person sits at a terminal; with nobody there every request is denied. Nothing a tool
+returns can approve a call or widen the allowlist: tool output is only ever data.
+
+The injection check is structural, because a small model follows injected text whatever the
+prompt says: a call is *suspicious* when its tool name, or a distinctive argument value
+(an e-mail address, a URL, a path, a long string or a long number), appears in earlier
+untrusted tool output but not in anything the user said. A suspicious call is held for
+approval exactly like a dangerous tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, TextIO
+
+__all__ = [
+    "ApprovalRequest",
+    "Approver",
+    "ask",
+    "call_signature",
+    "deny_all",
+    "distinctive_values",
+    "suspicious_call",
+    "terminal_approver",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    name: str
+    arguments: dict[str, Any]
+    why: Literal["dangerous", "suspicious"]
+    detail: str
+
+
+Approver = Callable[[ApprovalRequest], bool | Awaitable[bool]]
+
+
+def deny_all(request: ApprovalRequest) -> bool:
+    """Nobody is there to approve: everything is denied."""
+    return False
+
+
+def terminal_approver(stdin: TextIO | None = None, stderr: TextIO | None = None) -> Approver | None:
+    """An approver that asks on the terminal, or None when stdin is not a TTY."""
+    inp = stdin or sys.stdin
+    out = stderr or sys.stderr
+    if not (hasattr(inp, "isatty") and inp.isatty()):
+        return None
+
+    def prompt(req: ApprovalRequest) -> bool:
+        args = json.dumps(req.arguments, ensure_ascii=False)
+        out.write(f"\n[approval needed: {req.why}] {req.name}({args})\n  {req.detail}\n")
+        out.write("  allow this call? [y/N] ")
+        out.flush()
+        line = inp.readline()
+        return line.strip().lower() in {"y", "yes"}
+
+    async def approve(req: ApprovalRequest) -> bool:
+        return await asyncio.to_thread(prompt, req)
+
+    return approve
+
+
+async def ask(approver: Approver | None, request: ApprovalRequest) -> bool:
+    """The host's decision; errors in the approver count as a denial."""
+    if approver is None:
+        return False
+    try:
+        verdict = approver(request)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception:
+        return False
+    return verdict is True
+
+
+def call_signature(name: str, arguments: dict[str, Any]) -> str:
+    """Identity of a call for the repeated-call detector (name + canonical arguments)."""
+    return name + json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+
+
+_EMAIL = re.compile(r"[^\s@]+@[^\s@]+\.[A-Za-z]{2,}")
+
+
+def _walk(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _walk(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v)
+    else:
+        yield value
+
+
+def distinctive_values(arguments: dict[str, Any]) -> list[str]:
+    """Argument values specific enough that seeing them in tool output is telling."""
+    out: list[str] = []
+    for v in _walk(arguments):
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, int | float):
+            s = str(v)
+            if len(re.sub(r"\D", "", s)) >= 5:
+                out.append(s)
+            continue
+        s = str(v).strip()
+        if (
+            _EMAIL.search(s)
+            or "://" in s
+            or "/" in s
+            or "\\" in s
+            or len(s) >= 24
+            or (len(s) >= 6 and sum(c.isdigit() for c in s) >= 4)
+        ):
+            out.append(s)
+    return out
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).casefold()
+
+
+def suspicious_call(
+    name: str, arguments: dict[str, Any], *, untrusted: Iterable[str], trusted: Iterable[str]
+) -> str | None:
+    """Why this call looks injected by tool output, or None when the user's words explain it."""
+    seen = _norm("\n".join(untrusted))
+    if not seen:
+        return None
+    said = _norm("\n".join(trusted))
+    name_pat = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(name.casefold()) + r"(?![A-Za-z0-9_])")
+    if name_pat.search(seen) and not name_pat.search(said):
+        return f"tool {name!r} is named in earlier tool output, not in the user's request"
+    for value in distinctive_values(arguments):
+        v = _norm(value)
+        if v in seen and v not in said:
+            return f"argument value {value!r} comes from tool output, not from the user"
+    return None

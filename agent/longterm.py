@@ -1,0 +1,79 @@
+"""Long-term memory for the agent: `memory.AsyncMemoryStore` behind the `MemoryLink` seam.
+
+Before a run, ``recall(goal)`` returns the store's ``<memory>`` block for the system prompt;
+after it, ``write_back`` offers the finished turn to the store's promotion gate (explicit
+"remember ...", corrections, task conclusions with their evidence). ``tools()`` are
+``recall_memory`` / ``save_memory`` bound to the same user (the model never picks the user).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from memory.records import Turn
+from memory.store import AsyncMemoryStore
+from memory.tools import memory_tools
+
+__all__ = ["StoreMemory", "open_store"]
+
+logger = logging.getLogger(__name__)
+
+
+class StoreMemory:
+    """One user's memory, as the loop's `agent.protocols.MemoryLink`."""
+
+    def __init__(
+        self,
+        store: AsyncMemoryStore,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        budget_tokens: int | None = None,
+    ) -> None:
+        self.store = store
+        self.user_id = user_id
+        self.agent_id = agent_id
+        self.session_id = session_id
+        self.budget_tokens = budget_tokens  # None: the store's configured default
+
+    async def recall(self, query: str) -> str:
+        rec = await self.store.recall(
+            query,
+            user_id=self.user_id,
+            agent_id=self.agent_id,
+            session_id=self.session_id,
+            budget_tokens=self.budget_tokens,
+        )
+        return rec.block
+
+    async def write_back(self, goal: str, answer: str, *, evidence: list[str], done: bool) -> None:
+        turn = Turn(
+            user_message=goal,
+            assistant_message=answer,
+            task_conclusion=answer if done and answer else None,
+            evidence=evidence,
+        )
+        results = await self.store.write_back(
+            turn, user_id=self.user_id, agent_id=self.agent_id, session_id=self.session_id
+        )
+        for r in results:
+            logger.info("memory write-back: %s %s %s", r.action, r.id or "", r.reason)
+
+    def tools(self) -> list[Any]:
+        return list(
+            memory_tools(
+                self.store,
+                user_id=self.user_id,
+                agent_id=self.agent_id,
+                session_id=self.session_id,
+            )
+        )
+
+
+def open_store(path: str | Path | None = None) -> AsyncMemoryStore:
+    """The default store under ``$LOOPSTACK_HOME/memory`` (MemorySettings decide the rest:
+    the offline MiniLM embedder unless ``LOOPSTACK_MEMORY_EMBEDDER`` says otherwise)."""
+    return AsyncMemoryStore(path)

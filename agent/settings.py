@@ -1,0 +1,79 @@
+"""Agent settings (``LOOPSTACK_AGENT_*``) and the endpoint they point at.
+
+`AgentSettings` is read once by the CLI and unpacked into `Limits` and keyword arguments;
+the loop itself never sees the settings object.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["DEFAULT_BASE_URL", "AgentSettings", "Limits", "resolve_api_key", "resolve_base_url"]
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Guardrails of one run; all on by default."""
+
+    max_steps: int = 8  # model calls that may choose tools
+    max_tool_calls: int = 16
+    max_tokens: int = 40_000  # prompt + completion tokens over the run, from `usage`
+    wall_clock_s: float = 300.0
+    tool_timeout_s: float = 30.0
+    no_progress_steps: int = 3  # steps without a new successful observation
+    context_tokens: int = 5_000  # compaction threshold
+    keep_turns: int = 4  # turns kept verbatim when compacting
+    step_max_tokens: int = 512  # max_tokens of each model call
+    answer_max_tokens: int = 384  # max_tokens of the final-answer request
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LOOPSTACK_AGENT_", extra="ignore")
+
+    max_steps: int = Field(default=8, ge=1)
+    max_tool_calls: int = Field(default=16, ge=0)
+    max_tokens: int = Field(default=40_000, ge=100, description="token budget per run")
+    wall_clock_s: float = Field(default=300.0, gt=0)
+    tool_timeout_s: float = Field(default=30.0, gt=0)
+    no_progress_steps: int = Field(default=3, ge=1)
+    context_tokens: int = Field(default=5_000, ge=256, description="compaction threshold")
+    keep_turns: int = Field(default=4, ge=1)
+    step_max_tokens: int = Field(default=512, ge=16)
+    answer_max_tokens: int = Field(default=384, ge=16)
+    text_answers: Literal["force", "accept"] = Field(
+        default="force",
+        description="force: a text reply triggers the JSON final-answer request; accept: "
+        "the text is the answer",
+    )
+    model: str | None = Field(default=None, description="default: first chat model listed")
+    tokenizer: str | None = Field(default=None, description="local HF folder for counting")
+    otel_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint")
+    request_timeout_s: float = Field(default=300.0, gt=0)
+
+    def limits(self, **overrides: int | float | None) -> Limits:
+        fields = {f: getattr(self, f) for f in Limits.__dataclass_fields__}
+        fields.update({k: v for k, v in overrides.items() if v is not None})
+        return Limits(**fields)
+
+
+def resolve_base_url(explicit: str | None = None) -> str:
+    """--base-url, else LOOPSTACK_BASE_URL, else OPENAI_BASE_URL, else the local server."""
+    for value in (
+        explicit,
+        os.environ.get("LOOPSTACK_BASE_URL"),
+        os.environ.get("OPENAI_BASE_URL"),
+    ):
+        if value:
+            return value.rstrip("/")
+    return DEFAULT_BASE_URL
+
+
+def resolve_api_key() -> str:
+    return os.environ.get("LOOPSTACK_API_KEY") or os.environ.get("OPENAI_API_KEY") or "not-needed"

@@ -1,0 +1,223 @@
+"""The agent's state and the steps its loop yields.
+
+`AgentState` is everything one run knows: the pinned goal and facts, the plan, the
+observations (tool results), the message history, token usage and the final status.
+The loop (`agent.loop.Agent.steps`) is an async generator of the small `Step` dataclasses
+below; `RunResult.fold` turns the stream into the run's result, so ``run()`` is one fold.
+
+Statuses and reasons: a run ends ``done`` (an answer was produced), ``max_steps`` (a step
+or call limit, or no progress), ``budget`` (tokens or wall clock) or ``error`` (the model
+endpoint failed). ``reason`` says which limit: see `Reason`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["done", "max_steps", "budget", "error"]
+Reason = Literal[
+    "answer",  # the model answered (text, then a forced final answer)
+    "repeated_call",  # the model repeated an identical call: answered from observations
+    "no_progress",  # several steps without a new observation
+    "max_steps",
+    "max_tool_calls",
+    "tokens",
+    "wall_clock",
+    "model_error",
+]
+STATUS_OF: dict[Reason, Status] = {
+    "answer": "done",
+    "repeated_call": "done",
+    "no_progress": "max_steps",
+    "max_steps": "max_steps",
+    "max_tool_calls": "max_steps",
+    "tokens": "budget",
+    "wall_clock": "budget",
+    "model_error": "error",
+}
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    last_prompt_tokens: int = 0  # prompt size of the latest model call (context counting)
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, prompt: int, completion: int) -> None:
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.last_prompt_tokens = prompt
+        self.calls += 1
+
+
+@dataclass(slots=True)
+class Observation:
+    """One executed (or refused) tool call and its structured result."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    status: Literal["ok", "error"]
+    content: str  # what the model saw (JSON of the ToolResult)
+    trace_id: str
+    step: int
+
+
+@dataclass(slots=True)
+class AgentState:
+    goal: str
+    run_id: str = field(default_factory=new_run_id)
+    user_messages: list[str] = field(default_factory=list)  # what the user said (trusted)
+    pinned: dict[str, str] = field(default_factory=dict)  # key facts, always in the prompt
+    plan: list[str] = field(default_factory=list)
+    memory_block: str = ""
+    summary: str = ""  # compacted older turns
+    messages: list[dict[str, Any]] = field(default_factory=list)  # history after the system
+    observations: list[Observation] = field(default_factory=list)
+    untrusted: list[str] = field(default_factory=list)  # raw tool outputs (injection check)
+    step: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    started: float = field(default_factory=time.monotonic)
+    status: Status | None = None
+    reason: Reason | None = None
+    answer: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.user_messages:
+            self.user_messages.append(self.goal)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+# --- steps -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStep:
+    """The model decided: call tools, or answer in text."""
+
+    step: int
+    trace_id: str
+    decision: Literal["tool_calls", "answer"]
+    calls: tuple[tuple[str, dict[str, Any]], ...]
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStep:
+    """One tool call ran (or was refused) on the host."""
+
+    step: int
+    trace_id: str
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    status: Literal["ok", "error"]
+    summary: str
+    chars: int
+    latency_s: float
+    error_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionStep:
+    step: int
+    trace_id: str
+    dropped_messages: int
+    tokens_before: int
+    summary: str
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LimitStep:
+    """A guardrail fired; the run now concludes (best-effort answer follows)."""
+
+    step: int
+    trace_id: str
+    reason: Reason
+    detail: str
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FinalStep:
+    step: int
+    trace_id: str
+    status: Status
+    reason: Reason
+    answer: str
+    forced: bool  # produced by the final-answer request (or from observations)
+    latency_s: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorStep:
+    """A fatal error (the endpoint failed); a FinalStep with status ``error`` follows."""
+
+    step: int
+    trace_id: str
+    message: str
+    latency_s: float = 0.0
+
+
+Step = ModelStep | ToolStep | CompactionStep | LimitStep | FinalStep | ErrorStep
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: str
+    status: Status = "error"
+    reason: Reason = "model_error"
+    answer: str = ""
+    steps: int = 0
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tokens: dict[str, int] = field(default_factory=dict)
+    trace_path: str = ""
+    elapsed_s: float = 0.0
+    history: list[Step] = field(default_factory=list)
+
+    def fold(self, step: Step) -> RunResult:
+        """Add one step (the reducer ``run()`` applies to the stream)."""
+        self.history.append(step)
+        if isinstance(step, ModelStep):
+            self.steps = max(self.steps, step.step)
+        elif isinstance(step, ToolStep):
+            self.tool_calls.append(
+                {"name": step.name, "arguments": step.arguments, "status": step.status}
+            )
+        elif isinstance(step, FinalStep):
+            self.status, self.reason, self.answer = step.status, step.reason, step.answer
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "answer": self.answer,
+            "steps": self.steps,
+            "tool_calls": self.tool_calls,
+            "tokens": self.tokens,
+            "trace_path": self.trace_path,
+            "run_id": self.run_id,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }

@@ -1,0 +1,224 @@
+"""Traces: one JSONL file per run at ``$LOOPSTACK_HOME/traces/<run_id>.jsonl``.
+
+Every line has ``run_id, trace_id, step, type, ts, latency_s``; ``type`` is one of
+``model | tool | compaction | final | limit | error``. Model lines add ``prompt_tokens,
+completion_tokens, decision`` (``tool_calls`` | ``answer``); tool lines add ``name,
+arguments, status, result_summary, result_chars``. A model step's ``trace_id`` is sent as
+``x-request-id``, so the server's log lines for that request carry the same id.
+
+If ``opentelemetry`` is importable and an OTLP endpoint is configured, each line is also
+exported as a span (attributes = the line's fields).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from agent.state import (
+    CompactionStep,
+    ErrorStep,
+    FinalStep,
+    LimitStep,
+    ModelStep,
+    Step,
+    ToolStep,
+)
+
+__all__ = ["Tracer", "load_trace", "show_trace", "step_line", "traces_dir"]
+
+logger = logging.getLogger(__name__)
+
+
+def traces_dir() -> Path:
+    home = Path(os.environ.get("LOOPSTACK_HOME", "~/.cache/loopstack")).expanduser()
+    return home / "traces"
+
+
+def step_line(run_id: str, step: Step) -> dict[str, Any]:
+    """The JSONL record of one step."""
+    base: dict[str, Any] = {
+        "run_id": run_id,
+        "trace_id": step.trace_id,
+        "step": step.step,
+        "ts": time.time(),
+        "latency_s": round(step.latency_s, 6),
+    }
+    if isinstance(step, ModelStep):
+        base |= {
+            "type": "model",
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+            "decision": step.decision,
+            "calls": [{"name": n, "arguments": a} for n, a in step.calls],
+        }
+        if step.text:
+            base["text"] = step.text[:500]
+    elif isinstance(step, ToolStep):
+        base |= {
+            "type": "tool",
+            "name": step.name,
+            "arguments": step.arguments,
+            "status": step.status,
+            "result_summary": step.summary,
+            "result_chars": step.chars,
+            "call_id": step.call_id,
+        }
+        if step.error_type:
+            base["error_type"] = step.error_type
+    elif isinstance(step, CompactionStep):
+        base |= {
+            "type": "compaction",
+            "dropped_messages": step.dropped_messages,
+            "tokens_before": step.tokens_before,
+            "summary": step.summary[:500],
+        }
+    elif isinstance(step, LimitStep):
+        base |= {"type": "limit", "reason": step.reason, "detail": step.detail}
+    elif isinstance(step, FinalStep):
+        base |= {
+            "type": "final",
+            "status": step.status,
+            "reason": step.reason,
+            "forced": step.forced,
+            "answer": step.answer[:2000],
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+        }
+    elif isinstance(step, ErrorStep):
+        base |= {"type": "error", "message": step.message[:1000]}
+    return base
+
+
+class Tracer:
+    """Appends step lines to the run's file (and to OpenTelemetry when configured)."""
+
+    def __init__(
+        self, run_id: str, directory: Path | None = None, *, otel_endpoint: str | None = None
+    ) -> None:
+        self.run_id = run_id
+        self.path = (directory or traces_dir()) / f"{run_id}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: TextIO | None = self.path.open("a", encoding="utf-8")
+        self._otel = _otel_tracer(otel_endpoint)
+
+    def record(self, step: Step) -> dict[str, Any]:
+        line = step_line(self.run_id, step)
+        if self._file is not None:
+            self._file.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+            self._file.flush()
+        if self._otel is not None:
+            _export_span(self._otel, line)
+        return line
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+# --- OpenTelemetry (optional) -------------------------------------------------------------
+
+_PROVIDERS: dict[str, Any] = {}
+
+
+def _otel_tracer(endpoint: str | None) -> Any:
+    if not endpoint:
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        logger.warning("opentelemetry-sdk is not installed: OTel export is off")
+        return None
+    if endpoint not in _PROVIDERS:
+        provider = TracerProvider(resource=Resource.create({"service.name": "loopstack-agent"}))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        _PROVIDERS[endpoint] = provider
+    return _PROVIDERS[endpoint].get_tracer("loopstack.agent")
+
+
+def _export_span(tracer: Any, line: dict[str, Any]) -> None:
+    end = int(line["ts"] * 1e9)
+    start = end - int(line["latency_s"] * 1e9)
+    span = tracer.start_span(f"agent.{line['type']}", start_time=start)
+    for k, v in line.items():
+        span.set_attribute(
+            f"loopstack.{k}", v if isinstance(v, str | int | float | bool) else json.dumps(v)
+        )
+    span.end(end_time=end)
+
+
+def flush_otel() -> None:
+    for provider in _PROVIDERS.values():
+        provider.force_flush()
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def load_trace(run: str) -> list[dict[str, Any]]:
+    """Lines of a run: ``run`` is a run id (prefix is enough) or a path."""
+    path = Path(run)
+    if not path.is_file():
+        d = traces_dir()
+        matches = sorted(d.glob(f"{run}*.jsonl")) if d.is_dir() else []
+        if not matches:
+            raise FileNotFoundError(f"no trace for {run!r} in {d}")
+        path = matches[-1]
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def _detail(line: dict[str, Any]) -> str:
+    t = line["type"]
+    if t == "model":
+        tok = f"{line.get('prompt_tokens', 0)}+{line.get('completion_tokens', 0)} tok"
+        if line.get("decision") == "tool_calls":
+            calls = ", ".join(
+                f"{c['name']}({json.dumps(c['arguments'], ensure_ascii=False)})"
+                for c in line.get("calls", [])
+            )
+            return f"{tok}  -> {calls}"
+        return f"{tok}  -> text: {line.get('text', '')[:120]}"
+    if t == "tool":
+        args = json.dumps(line.get("arguments", {}), ensure_ascii=False)
+        return f"{line['name']}({args}) {line['status']}: {line.get('result_summary', '')[:120]}"
+    if t == "compaction":
+        return f"dropped {line['dropped_messages']} messages at {line['tokens_before']} tokens"
+    if t == "limit":
+        return f"{line['reason']}: {line.get('detail', '')}"
+    if t == "final":
+        return f"{line['status']} ({line['reason']}): {line.get('answer', '')[:200]}"
+    return str(line.get("message", ""))
+
+
+def show_trace(run: str, console: Any = None) -> None:
+    """Print a readable timeline of one run."""
+    from rich.console import Console
+    from rich.table import Table
+
+    lines = load_trace(run)
+    console = console or Console()
+    t0 = lines[0]["ts"] - lines[0]["latency_s"] if lines else 0.0
+    table = Table(title=f"run {lines[0]['run_id'] if lines else run}", show_lines=False)
+    for col in ("t+s", "step", "type", "latency", "trace_id", "detail"):
+        table.add_column(col, overflow="fold")
+    colors = {"model": "cyan", "tool": "green", "final": "bold", "limit": "yellow", "error": "red"}
+    for x in lines:
+        table.add_row(
+            f"{x['ts'] - t0:.2f}",
+            str(x["step"]),
+            f"[{colors.get(x['type'], '')}]{x['type']}[/]" if x["type"] in colors else x["type"],
+            f"{x['latency_s']:.3f}s",
+            x["trace_id"],
+            _detail(x),
+        )
+    console.print(table)
+    tok = sum(x.get("prompt_tokens", 0) + x.get("completion_tokens", 0) for x in lines)
+    console.print(f"{len(lines)} steps, {tok} tokens")

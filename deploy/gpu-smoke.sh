@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# GPU smoke run for a fresh NVIDIA machine, unattended:
+#   install (make install ENGINE=gpu) -> loopstack serve -> wait for /health ->
+#   tool-call validity bench -> constraint-cost bench -> agent load sweep (1, 4, 16 agents)
+#   -> one results folder and a summary table.
+#
+#   deploy/gpu-smoke.sh                          # Qwen/Qwen2.5-7B-Instruct (or $LOOPSTACK_MODEL)
+#   deploy/gpu-smoke.sh /models/Qwen2.5-7B-Instruct   # a local HF folder
+#
+# Budget: about 10 minutes on one H200 once the model is on disk (the install and a first
+# download are extra). Every step runs under `timeout`; a failed step is reported and the
+# run goes on to the next one, and the script exits non-zero if any step failed.
+#
+# Knobs (environment): RESULTS (folder), PORT (8000), SMOKE_START_TIMEOUT_S (600),
+# SMOKE_VALIDITY_LIMIT (30 corpus entries), SMOKE_TASKS_PER_AGENT (2), SMOKE_SKIP_INSTALL=1,
+# VENV (.venv).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+MODEL=${1:-${LOOPSTACK_MODEL:-Qwen/Qwen2.5-7B-Instruct}}
+PORT=${PORT:-8000}
+RESULTS=${RESULTS:-$ROOT/bench/results/gpu-smoke-$(date -u +%Y%m%dT%H%M%SZ)}
+START_TIMEOUT_S=${SMOKE_START_TIMEOUT_S:-600}
+VALIDITY_LIMIT=${SMOKE_VALIDITY_LIMIT:-30}
+TASKS_PER_AGENT=${SMOKE_TASKS_PER_AGENT:-2}
+API_KEY=${LOOPSTACK_API_KEY:-smoke-$RANDOM$RANDOM}
+BASE=http://127.0.0.1:$PORT
+VENV=${VENV:-$ROOT/.venv}
+PY=$VENV/bin/python
+mkdir -p "$RESULTS"
+STEPS=$RESULTS/steps.tsv
+printf 'step\tstatus\tseconds\n' >"$STEPS"
+FAILED=0
+SERVER_PID=""
+
+log() { printf '[gpu-smoke %s] %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$RESULTS/smoke.log" >&2; }
+
+cleanup() {
+    if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        log "stopping loopstack serve (pid $SERVER_PID)"
+        kill -TERM -- "-$SERVER_PID" 2>/dev/null || kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 1 30); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 1; done
+        kill -KILL -- "-$SERVER_PID" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+# step NAME SECONDS CMD...: run CMD under a hard timeout, log its output, record the outcome.
+step() {
+    local name=$1 secs=$2
+    shift 2
+    log "step $name (limit ${secs}s): $*"
+    local t0 rc=0
+    t0=$(date +%s)
+    timeout --kill-after=15 "$secs" "$@" >"$RESULTS/$name.out" 2>&1 || rc=$?
+    local dt=$(($(date +%s) - t0))
+    if ((rc == 0)); then
+        printf '%s\tok\t%d\n' "$name" "$dt" >>"$STEPS"
+        log "step $name ok in ${dt}s"
+    else
+        FAILED=1
+        local why="exit $rc"
+        ((rc == 124 || rc == 137)) && why="TIMED OUT after ${secs}s"
+        printf '%s\tFAILED (%s)\t%d\n' "$name" "$why" "$dt" >>"$STEPS"
+        log "step $name FAILED ($why); last lines of $RESULTS/$name.out:"
+        tail -n 25 "$RESULTS/$name.out" >&2 || true
+    fi
+    return 0
+}
+
+die() {
+    log "FATAL: $*"
+    exit 1
+}
+
+# ---------------------------------------------------------------- 0. the machine
+command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this script needs an NVIDIA GPU"
+timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
+    >"$RESULTS/gpu.csv" || die "nvidia-smi failed"
+log "GPU: $(tail -n +2 "$RESULTS/gpu.csv" | paste -sd ';')"
+log "model: $MODEL; results: $RESULTS"
+
+# ---------------------------------------------------------------- 1. install
+if [[ ${SMOKE_SKIP_INSTALL:-0} != 1 ]]; then
+    step install 1800 make install ENGINE=gpu
+    grep -q $'^install\tok' "$STEPS" || die "install failed (see $RESULTS/install.out)"
+fi
+[[ -x $PY ]] || die "$PY missing: run without SMOKE_SKIP_INSTALL=1"
+timeout 60 "$PY" -m pip list --format=freeze 2>/dev/null | grep -iE '^(vllm|torch|transformers)==' \
+    >"$RESULTS/versions.txt" || true
+
+# ---------------------------------------------------------------- 2. serve and wait for health
+SERVE_T0=$(date +%s)
+log "starting loopstack serve on :$PORT"
+LOOPSTACK_MODEL=$MODEL LOOPSTACK_API_KEY=$API_KEY LOOPSTACK_PORT=$PORT \
+    LOOPSTACK_ENGINE_START_TIMEOUT_S=$START_TIMEOUT_S \
+    setsid "$VENV/bin/loopstack" serve >"$RESULTS/server.log" 2>&1 &
+SERVER_PID=$!
+healthy=0
+deadline=$((SERVE_T0 + START_TIMEOUT_S))
+while (($(date +%s) < deadline)); do
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    if curl -fsS -m 5 "$BASE/health" >/dev/null 2>&1; then
+        healthy=1
+        break
+    fi
+    sleep 1
+done
+START_S=$(($(date +%s) - SERVE_T0))
+if ((healthy == 0)); then
+    printf 'serve\tFAILED (not healthy)\t%d\n' "$START_S" >>"$STEPS"
+    tail -n 40 "$RESULTS/server.log" >&2 || true
+    die "loopstack serve did not become healthy in ${START_TIMEOUT_S}s (log: $RESULTS/server.log)"
+fi
+printf 'serve\tok\t%d\n' "$START_S" >>"$STEPS"
+log "healthy after ${START_S}s"
+SERVED=$(curl -fsS -m 10 -H "Authorization: Bearer $API_KEY" "$BASE/v1/models" |
+    "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+log "served model name: $SERVED"
+
+# ---------------------------------------------------------------- 3. benches
+step tool_validity 240 "$PY" -m bench.tool_validity --base-url "$BASE/v1" --api-key "$API_KEY" \
+    --limit "$VALIDITY_LIMIT" --modes required,named,auto --arms constrained,unconstrained \
+    --concurrency 32 --max-tokens 256 --timeout 120 --progress 0 \
+    --out "$RESULTS/tool_validity.json"
+
+step constraint_cost 150 "$PY" -m bench.constraint_cost --base-url "$BASE/v1" \
+    --api-key "$API_KEY" --tool-prompts 16 --rf-prompts 8 --concurrency 4 --max-tokens 128 \
+    --timeout 60 --out "$RESULTS/constraint_cost.json"
+
+step agents 210 env LOOPSTACK_API_KEY="$API_KEY" "$VENV/bin/loopstack" bench agents \
+    --base-url "$BASE/v1" --agents 1,4,16 --tasks-per-agent "$TASKS_PER_AGENT" \
+    --out "$RESULTS/agents"
+
+timeout 15 curl -fsS -m 10 "$BASE/metrics" >"$RESULTS/metrics.txt" 2>/dev/null || true
+TOTAL_S=$(($(date +%s) - SERVE_T0))
+printf 'total_after_install\t-\t%d\n' "$TOTAL_S" >>"$STEPS"
+
+# ---------------------------------------------------------------- 4. summary
+# Exits 1 when a bench ran but got no usable answer (its own exit code can be 0 then).
+timeout 60 "$PY" - "$RESULTS" <<'PYEOF' | tee "$RESULTS/summary.txt" || FAILED=1
+import json, re, sys
+from pathlib import Path
+
+res = Path(sys.argv[1])
+problems = []
+print(f"\n== gpu-smoke summary: {res}")
+print((res / "gpu.csv").read_text().strip().splitlines()[-1])
+v = res / "versions.txt"
+if v.exists():
+    print(" ".join(v.read_text().split()))
+print("\nstep                 status                      seconds")
+for line in (res / "steps.tsv").read_text().splitlines()[1:]:
+    name, status, secs = line.split("\t")
+    print(f"{name:<20} {status:<27} {secs}")
+
+
+def load(name):
+    p = res / name
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+tv = load("tool_validity.json")
+if tv:
+    print("\ntool-call validity (valid calls / calls produced, call rate)")
+    if not any(s.get("answered") for arms in tv.get("summary", {}).values() for s in arms.values()):
+        problems.append("tool_validity: no request was answered")
+    for mode, arms in tv.get("summary", {}).items():
+        for arm, s in arms.items():
+            vpc, cr = s.get("valid_per_call"), s.get("call_rate")
+            vpc_s = "-" if vpc is None else f"{vpc:.3f}"
+            cr_s = "-" if cr is None else f"{cr:.3f}"
+            print(f"  {mode:<9} {arm:<14} valid/call {vpc_s}  call rate {cr_s}  "
+                  f"prompts {s.get('prompts')}  errors {s.get('http_errors', 0) + s.get('transport_errors', 0)}")
+cc = load("constraint_cost.json")
+if cc:
+    print("\nconstraint cost (constrained / unconstrained, medians)")
+    if not any(s.get("ok_pairs") for s in cc.get("summary", {}).values()):
+        problems.append("constraint_cost: no successful pair")
+    for part, s in cc.get("summary", {}).items():
+        if not s.get("ok_pairs"):
+            print(f"  {part:<16} no successful pairs")
+            continue
+        d, t = s["decode_rate"], s["ttft"]
+        print(f"  {part:<16} decode tok/s ratio {d['ratio_of_medians']:.3f}  "
+              f"TTFT ratio {t['ratio_of_medians']:.3f}  pairs {s['ok_pairs']}")
+agents = res / "agents"
+if agents.is_dir():
+    files = sorted(p.name for p in agents.iterdir())
+    print(f"\nagent sweep: {len(files)} files in {agents}: {', '.join(files[:8])}")
+    out = res / "agents.out"
+    if out.exists():
+        print("  " + "\n  ".join(out.read_text().strip().splitlines()[-12:]))
+m = res / "metrics.txt"
+if m.exists():
+    text = m.read_text()
+
+    def total(name):
+        return sum(float(x) for x in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+    q, h = total("vllm:prefix_cache_queries_total"), total("vllm:prefix_cache_hits_total")
+    if q:
+        print(f"\nprefix cache hit rate over the run: {h / q:.3f}")
+for p in problems:
+    print(f"PROBLEM: {p}")
+sys.exit(1 if problems else 0)
+PYEOF
+
+if ((FAILED)); then
+    log "some steps FAILED: see $STEPS"
+    exit 1
+fi
+log "all steps ok in ${TOTAL_S}s after install; results in $RESULTS"
