@@ -275,9 +275,10 @@ class VLLMEngine:
         """Final shutdown: stop the engine group (bounded), then close the HTTP client."""
         self._closing = True
         self.state = "stopping"
-        proc, self._proc = self._proc, None
+        proc = self._proc  # kept in _proc until it is gone, so `kill_now` can still reach it
         if proc is not None:
-            await proc.terminate(self.stop_grace_s + 1.0)
+            await proc.terminate(self.stop_grace_s + 0.5)
+        self._proc = None
         self._remove_key()
         await self._client.aclose()
         self.state = "stopped"

@@ -101,7 +101,7 @@ class EngineProcess:
         if timeout_s > 0 and (self.alive() or len(leftovers) > 1):
             logger.warning("engine did not stop in %.1f s: killing its process group", timeout_s)
         self.kill_now()
-        for _ in range(50):  # SIGKILL is not instantaneous; reap the launcher
+        for _ in range(25):  # SIGKILL is not instantaneous; reap the launcher
             if self._proc.poll() is not None:
                 break
             await asyncio.sleep(0.02)

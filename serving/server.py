@@ -64,7 +64,7 @@ class ShutdownBudget:
 
     @property
     def requests_s(self) -> float:  # uvicorn: in-flight requests finish or are cancelled
-        return 0.4 * self.grace_s
+        return 0.3 * self.grace_s
 
     @property
     def engine_s(self) -> float:  # the launcher: SIGTERM to the engine group, then SIGKILL
@@ -205,9 +205,15 @@ def serve(settings: ServerSettings) -> None:
         logger.error("cannot start: %s", exc)
         sys.exit(2)
     engine = app.state.loopstack.engine
-    budget = ShutdownBudget(settings.shutdown_grace_s)
+    if not run_bounded(app, engine, settings.host, settings.port, settings.shutdown_grace_s):
+        sys.exit(3)  # startup failed (the engine did not come up); the log says why
+
+
+def run_bounded(app: FastAPI, engine: Any, host: str, port: int, grace_s: float) -> bool:
+    """Serve `app` until a signal; the whole shutdown fits in `grace_s`. False: no startup."""
+    budget = ShutdownBudget(grace_s)
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+        app, host=host, port=port, log_config=None, access_log=False,
         timeout_graceful_shutdown=max(1, math.floor(budget.requests_s)),
     )  # fmt: skip
     server = BoundedServer(
@@ -217,5 +223,4 @@ def serve(settings: ServerSettings) -> None:
         on_deadline=getattr(engine, "kill_now", None),
     )
     server.run()
-    if not server.started:
-        sys.exit(3)  # startup failed (the engine did not come up); the log says why
+    return bool(server.started)

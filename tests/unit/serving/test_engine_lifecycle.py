@@ -363,3 +363,90 @@ def test_a_second_layer_finds_the_local_engine_key(tmp_path: Path) -> None:
     remote = ServerSettings(home=tmp_path, engine_url="http://10.0.0.5:8123")
     assert _engine_key(remote) is None
     assert _engine_key(ServerSettings(home=tmp_path)) is None  # we start it: a fresh key
+
+
+FULL_APP = textwrap.dedent(
+    """
+    import contextlib, sys
+    sys.path.insert(0, {root!r})
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+    from serving.engine import VLLMEngine
+    from serving.server import ShutdownBudget, run_bounded
+
+    engine = VLLMEngine(
+        [sys.executable, {fake!r}, "--port", "{eport}"], env={{}}, port={eport},
+        model_name="fake", stop_grace_s=ShutdownBudget({grace}).engine_s,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        await engine.start()
+        open({ready!r}, "w").write(str(engine._proc.pid))
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.get("/stream")
+    async def stream():
+        lines = engine.stream("/v1/completions", {{"stream": True, "max_tokens": 100000}})
+        return StreamingResponse((line + b"\\n\\n" async for line in lines))
+
+    run_bounded(app, engine, "127.0.0.1", {port}, {grace})
+    """
+)
+
+
+@pytest.mark.parametrize("stubborn", [False, True], ids=["engine-obeys", "engine-ignores-term"])
+def test_sigterm_with_a_streaming_request_stops_server_and_engine_in_grace(
+    tmp_path: Path, stubborn: bool
+) -> None:
+    """`serve`'s shutdown path with a request that would stream for hours: the server and
+    every engine process are gone within the grace period."""
+    import httpx
+
+    grace = 3.0
+    port, eport = free_port(), free_port()
+    ready, pid_log = tmp_path / "ready", tmp_path / "pids"
+    script = FULL_APP.format(
+        root=ROOT, fake=FAKE, eport=eport, port=port, grace=grace, ready=str(ready)
+    )
+    env = {**os.environ, "FAKE_VLLM_PIDS": str(pid_log)}
+    if stubborn:
+        env["FAKE_VLLM_IGNORE_TERM"] = "1"
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.3)  # uvicorn binds after the lifespan startup
+        pids = {int(ready.read_text()), *map(int, pid_log.read_text().split())}
+        got: list[bytes] = []
+
+        def long_stream() -> None:
+            with (
+                contextlib.suppress(httpx.HTTPError),
+                httpx.stream("GET", f"http://127.0.0.1:{port}/stream", timeout=30) as r,
+            ):
+                for chunk in r.iter_bytes():
+                    got.append(chunk)
+
+        threading.Thread(target=long_stream, daemon=True).start()
+        while len(got) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(grace + 5)
+        took = time.monotonic() - started
+        gone = all_gone(pids, 1.0)
+        assert took <= grace + 0.5, took
+        assert gone is not None, "engine processes outlived the server"
+        assert port_is_free(eport)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
