@@ -268,7 +268,10 @@ def test_sigterm_during_a_long_request_ends_within_the_grace_period(
     os.kill(life.pid, signal.SIGTERM)
     life.proc.wait(GRACE_S + 30)  # type: ignore[attr-defined]
     took = time.monotonic() - started
-    gone = seconds_until_gone(pids, 5)
+    # Every engine process has had SIGKILL by now; a multi-GB worker may take the kernel a
+    # few more seconds to tear down on a loaded machine: the same 10 s bound as for kill -9.
+    gone = seconds_until_gone(pids, 10)
     print(f"\nSIGTERM during a long request: exit in {took:.1f} s, engine gone +{gone} s")
     assert took <= GRACE_S + 1.0
-    assert gone is not None and port_free(engine_port)
+    assert gone is not None, "engine processes outlived the server by 10 s"
+    assert port_free(engine_port)
