@@ -23,8 +23,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serving.admission import Admission
 from serving.chat import ChatService
 from serving.embeddings import MINILM_NAMES, EmbeddingService
-from serving.engine import Engine, session_key_var
-from serving.exceptions import ModelNotFound, Overloaded, ServingError, error_body
+from serving.engine import ENGINE_RETRY_AFTER_S, Engine, session_key_var
+from serving.exceptions import ModelNotFound, ServingError, error_body
 from serving.limits import EdgeGuard, Limits, check_chat, check_completion, check_embeddings
 from serving.metrics import Metrics
 from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
@@ -152,7 +152,8 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
 
     @app.exception_handler(ServingError)
     async def serving_error(_: Request, exc: ServingError) -> JSONResponse:
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+        retry = getattr(exc, "retry_after_s", None)  # Overloaded (429), EngineUnavailable (503)
+        headers = {"Retry-After": str(retry)} if retry is not None else None
         if exc.status_code >= 500:
             logger.error("%s: %s", type(exc).__name__, exc.message)
         return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=headers)
@@ -190,9 +191,11 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
     @app.get("/health")
     async def health() -> Response:
         ok = await state.engine.healthy()
+        headers = None if ok else {"Retry-After": str(ENGINE_RETRY_AFTER_S)}
         return JSONResponse(
-            {"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503
-        )
+            {"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503,
+            headers=headers,
+        )  # fmt: skip
 
     @app.get("/metrics")
     async def metrics() -> Response:

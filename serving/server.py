@@ -1,12 +1,28 @@
-"""`loopstack serve`: resolve the model, start vLLM, put our layer in front, serve."""
+"""`loopstack serve`: resolve the model, start vLLM, put our layer in front, serve.
+
+Shutdown is bounded: the first SIGTERM/SIGINT starts uvicorn's graceful shutdown (in-flight
+requests get part of `LOOPSTACK_SHUTDOWN_GRACE_S`, then are cancelled; the engine group is
+stopped, SIGTERM then SIGKILL) and also arms a deadline that no stuck request or stuck event
+loop can hold up: when the grace period is over, a thread kills the engine group and ends
+the process, and a SIGALRM at its default action backs that thread up.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from types import FrameType
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 from fastapi import FastAPI
@@ -18,7 +34,9 @@ from serving.chat import ChatService
 from serving.compile_worker import SchemaCompiler
 from serving.config import ServerSettings
 from serving.embeddings import EmbeddingService
-from serving.engine import VLLMEngine
+from serving.engine import VLLMEngine, read_engine_key
+from serving.engine_process import ensure_port_free
+from serving.exceptions import EnginePortInUse
 from serving.hardware import default_model, detect_hardware, vllm_launch
 from serving.limits import Limits
 from serving.metrics import Metrics
@@ -41,8 +59,35 @@ def configure_logging(level: str) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine call: noise
 
 
+@dataclass(frozen=True)
+class ShutdownBudget:
+    """How `LOOPSTACK_SHUTDOWN_GRACE_S` is shared out; all of it ends well before `grace_s`."""
+
+    grace_s: float
+
+    @property
+    def requests_s(self) -> float:  # uvicorn: in-flight requests finish or are cancelled
+        return 0.3 * self.grace_s
+
+    @property
+    def engine_s(self) -> float:  # the launcher: SIGTERM to the engine group, then SIGKILL
+        return 0.3 * self.grace_s
+
+
+def _engine_key(settings: ServerSettings) -> str | None:
+    """External engine: LOOPSTACK_ENGINE_API_KEY, else the key a local loopstack left for it."""
+    if settings.engine_api_key or not settings.engine_url:
+        return settings.engine_api_key
+    url = urlsplit(settings.engine_url)
+    if url.hostname in ("127.0.0.1", "localhost") and url.port:
+        return read_engine_key(settings.home / "run", url.port)
+    return None
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     """Everything but the listening socket: model, engine command, services, router."""
+    if settings.engine_url is None:  # refuse before loading anything
+        ensure_port_free(settings.engine_port_resolved())
     hw = detect_hardware(settings.device)
     logger.info("hardware: %s", hw)
     model = resolve_model(settings.model, settings.home, default_for_device=default_model(hw))
@@ -54,8 +99,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
         port=settings.engine_port_resolved(),
         model_name=name,
         start_timeout_s=settings.engine_start_timeout_s,
+        restart_timeout_s=settings.engine_restart_timeout_s,
         base_url=settings.engine_url,
+        api_key=_engine_key(settings),
         drop_seed=hw.device == "cpu",
+        stop_grace_s=ShutdownBudget(settings.shutdown_grace_s).engine_s,
+        key_dir=settings.home / "run",
     )
     from transformers import AutoTokenizer
 
@@ -118,15 +167,86 @@ def create_app(settings: ServerSettings) -> FastAPI:
             yield
         finally:
             watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
             await engine.stop()
 
     return build_app(state, lifespan=lifespan)
 
 
+def arm_deadline(grace_s: float, on_deadline: Callable[[], None] | None = None) -> None:
+    """End the process `grace_s` from now whatever the event loop is doing.
+
+    A daemon thread calls `on_deadline` (kill the engine group) and `os._exit(1)`s; where a
+    stuck main thread never lets that thread run (C code holding the GIL), SIGALRM at its
+    default action ends the process two seconds later, and the launcher then stops the engine
+    because its parent is gone."""
+
+    def fire() -> None:
+        time.sleep(grace_s)
+        os.write(2, f"loopstack: not stopped after {grace_s:g} s: exiting now\n".encode())
+        try:
+            if on_deadline is not None:
+                on_deadline()
+        finally:
+            os._exit(1)
+
+    threading.Thread(target=fire, name="shutdown-deadline", daemon=True).start()
+    if hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(math.ceil(grace_s) + 2)
+
+
+class BoundedServer(uvicorn.Server):
+    """uvicorn's server, whose first SIGTERM/SIGINT also arms `arm_deadline`."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        grace_s: float,
+        on_signal: Callable[[], None] | None = None,
+        on_deadline: Callable[[], None] | None = None,
+    ):
+        super().__init__(config)
+        self.grace_s = grace_s
+        self._on_signal = on_signal
+        self._on_deadline = on_deadline
+        self._armed = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self._armed:
+            self._armed = True
+            arm_deadline(self.grace_s, self._on_deadline)
+            if self._on_signal is not None:
+                self._on_signal()
+        super().handle_exit(sig, frame)
+
+
 def serve(settings: ServerSettings) -> None:
     configure_logging(settings.log_level)
-    app = create_app(settings)
-    uvicorn.run(
-        app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-        timeout_graceful_shutdown=5,
+    try:
+        app = create_app(settings)
+    except EnginePortInUse as exc:
+        logger.error("cannot start: %s", exc)
+        sys.exit(2)
+    engine = app.state.loopstack.engine
+    if not run_bounded(app, engine, settings.host, settings.port, settings.shutdown_grace_s):
+        sys.exit(3)  # startup failed (the engine did not come up); the log says why
+
+
+def run_bounded(app: FastAPI, engine: Any, host: str, port: int, grace_s: float) -> bool:
+    """Serve `app` until a signal; the whole shutdown fits in `grace_s`. False: no startup."""
+    budget = ShutdownBudget(grace_s)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, access_log=False,
+        timeout_graceful_shutdown=max(1, math.floor(budget.requests_s)),
     )  # fmt: skip
+    server = BoundedServer(
+        config,
+        grace_s=budget.grace_s,
+        on_signal=getattr(engine, "begin_shutdown", None),
+        on_deadline=getattr(engine, "kill_now", None),
+    )
+    server.run()
+    return bool(server.started)
