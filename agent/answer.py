@@ -13,15 +13,24 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from agent.exceptions import ModelError
+from agent.settings import Limits
 from agent.state import AgentState, Reason
 
-if TYPE_CHECKING:
-    from agent.loop import Agent
+__all__ = ["ANSWER_FORMAT", "Asker", "from_observations", "parse_answer", "request"]
 
-__all__ = ["ANSWER_FORMAT", "from_observations", "parse_answer", "request"]
+
+class Asker(Protocol):
+    """What the final-answer request needs from the loop (`agent.loop.Agent` is one)."""
+
+    limits: Limits
+    on_text: Callable[[str], None] | None
+
+    async def _chat(self, trace_id: str, **kw: Any) -> Any: ...
+
 
 ANSWER_FORMAT: dict[str, Any] = {
     "type": "json_schema",
@@ -132,7 +141,7 @@ def _partial_string(raw: str) -> str | None:
 
 
 async def request(
-    agent: Agent, state: AgentState, reason: Reason, *, deadline: float | None = None
+    agent: Asker, state: AgentState, reason: Reason, *, deadline: float | None = None
 ) -> tuple[str, int, int]:
     """Ask for the final answer within ``deadline`` seconds (ModelError when it passes);
     returns (answer, prompt tokens, completion tokens)."""
@@ -142,7 +151,7 @@ async def request(
         raise ModelError(f"no final answer within the remaining {deadline} s") from exc
 
 
-async def _request(agent: Agent, state: AgentState, reason: Reason) -> tuple[str, int, int]:
+async def _request(agent: Asker, state: AgentState, reason: Reason) -> tuple[str, int, int]:
     messages = _prompt(state, reason)
     tid = f"{state.run_id}.{state.step}.final"
     kw: dict[str, Any] = {"messages": messages, "max_tokens": agent.limits.answer_max_tokens}
@@ -156,7 +165,7 @@ async def _request(agent: Agent, state: AgentState, reason: Reason) -> tuple[str
     return parse_answer(text), prompt, completion
 
 
-async def _complete(agent: Agent, tid: str, **kw: Any) -> tuple[str, int, int]:
+async def _complete(agent: Asker, tid: str, **kw: Any) -> tuple[str, int, int]:
     if agent.on_text is None:
         resp = await agent._chat(tid, **kw)
         usage = resp.usage
