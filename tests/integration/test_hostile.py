@@ -31,6 +31,9 @@ USER = [{"role": "user", "content": "hi"}]
 class Tally:
     cases: int = 0
     server_errors: list[str] = field(default_factory=list)
+    # README's documented 502: the model never produced arguments that validate, so no
+    # invalid call was sent. Counted apart: it is an answer about the model, not a fault.
+    model_refusals: list[str] = field(default_factory=list)
 
 
 TALLY = Tally()
@@ -362,10 +365,19 @@ def test_backtracking_pattern_does_not_freeze_the_server(
 ) -> None:
     params = {"type": "object", "required": ["s"],
               "properties": {"s": {"type": "string", "pattern": "^(?!z)(a|aa)*c$"}}}  # fmt: skip
+    started = time.monotonic()
     r = send(server, CHAT, chat(server.model, tools=[tool(params=params)], tool_choice="required",
                                 max_tokens=64))  # fmt: skip
-    record("backtracking-pattern", r.status_code)
-    assert r.status_code < 500, r.text
+    if r.status_code == 502 and r.json()["error"]["type"] == "tool_call_validation_error":
+        # The lookahead cannot be compiled into the constraint, so outputs are validated (off
+        # the loop, with a deadline) and regenerated; the small model never wrote an `a…c`
+        # string, and the README promises a 502 rather than an invalid call.
+        TALLY.cases += 1
+        TALLY.model_refusals.append("backtracking-pattern: 502 tool_call_validation_error")
+    else:
+        record("backtracking-pattern", r.status_code)
+        assert r.status_code < 500, r.text
+    assert time.monotonic() - started < 120  # three bounded tries, not minutes of backtracking
 
 
 # --------------------------------------------------------------------------- afterwards
@@ -378,5 +390,8 @@ def test_health_during_and_after(server: Server, watch: HealthWatch) -> None:
     assert reply.choices[0].message.content is not None
     assert watch.polls > 0 and watch.bad == [], watch.bad[:5]
     assert watch.slowest < 10, f"/health took {watch.slowest:.1f} s"
-    print(f"\nhostile cases tried: {TALLY.cases}, 5xx seen: {len(TALLY.server_errors)}")
+    print(
+        f"\nhostile cases tried: {TALLY.cases}, 5xx seen: {len(TALLY.server_errors)}, "
+        f"documented model refusals (502): {TALLY.model_refusals}"
+    )
     assert TALLY.server_errors == []
