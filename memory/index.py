@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -64,6 +65,26 @@ class VectorIndex(Protocol):
 
 def shard_name(user_id: str) -> str:
     return hashlib.sha256(user_id.encode()).hexdigest()[:24]
+
+
+#: A temporary file older than this is left over from a killed process, not being written.
+_STALE_TMP_S = 600.0
+
+
+def _tmp(final: Path, suffix: str = ".tmp") -> Path:
+    """A temporary name for ``final`` that no other process or thread writes (two processes
+    saving the same shard at the same seq would otherwise share one temporary file)."""
+    return final.with_name(f"{final.name}.{os.getpid()}-{threading.get_ident()}{suffix}")
+
+
+def _in_flight(f: Path) -> bool:
+    """Whether ``f`` is a temporary file another writer may still rename into place."""
+    if ".tmp" not in f.name:
+        return False
+    try:
+        return time.time() - f.stat().st_mtime < _STALE_TMP_S
+    except FileNotFoundError:
+        return False
 
 
 class FlatShard:
@@ -274,65 +295,91 @@ class ShardedIndex:
     def _manifest(self) -> Path:
         return self.dir / "manifest.json"
 
-    def load(self) -> None:
-        """Read every shard file (newest ``seq`` per shard). Missing files mean seq 0."""
+    def load(self) -> set[str]:
+        """Read every shard file (newest ``seq`` per shard). Missing files mean seq 0.
+        Returns the shards whose file could not be read: the caller rebuilds them from the
+        ledger (their changes may be gone from the trimmed log)."""
         self.clear()
         if not self.dir.exists():
-            return
-        manifest = self._manifest()
-        if manifest.exists():
-            meta = json.loads(manifest.read_text())
+            return set()
+        meta = self._read_manifest()
+        if meta:
             if meta.get("dim") != self.dim or meta.get("model") != self.model:
                 raise IndexMismatchError(
                     f"index at {self.dir} was built by {meta.get('model')}/{meta.get('dim')}-d,"
                     f" the store uses {self.model}/{self.dim}-d: run `loopstack memory reindex`"
                 )
+        unreadable: set[str] = set()
+        for name, (seq, f) in self.files().items():
+            for _ in range(3):
+                try:
+                    self.shards[name] = self._read(f)
+                    self.seqs[name] = seq
+                    break
+                except (RuntimeError, OSError, ValueError) as exc:
+                    # Another process may just have replaced it by a newer file: read that.
+                    again = self.files(name).get(name)
+                    if again is None or again == (seq, f):
+                        logger.warning("unreadable shard %s (%s): rebuilding it", f, exc)
+                        break
+                    seq, f = again
+            if name not in self.shards:
+                unreadable.add(name)
+        return unreadable
+
+    def files(self, name: str = "*") -> dict[str, tuple[int, Path]]:
+        """The newest file of each shard on disk (of ``name`` only, if given): (seq, path)."""
         newest: dict[str, tuple[int, Path]] = {}
-        for f in self.dir.glob("*.faiss"):
-            name, _, seq_s = f.stem.partition(".")
-            if seq_s.isdigit() and int(seq_s) >= newest.get(name, (-1, f))[0]:
-                newest[name] = (int(seq_s), f)
-        for name, (seq, f) in newest.items():
-            try:
-                raw = faiss.read_index(str(f))
-            except RuntimeError as exc:
-                logger.warning("unreadable shard %s (%s): it will be rebuilt", f, exc)
-                continue
-            inner = faiss.downcast_index(raw.index)
-            if isinstance(inner, faiss.IndexHNSWFlat):
-                tomb_f = f.with_suffix(".tomb.npy")
-                tomb = set(np.load(tomb_f).tolist()) if tomb_f.exists() else set()
-                self.shards[name] = HnswShard(
-                    self.dim,
-                    m=self.hnsw_m,
-                    ef_construction=self.hnsw_ef_construction,
-                    ef_search=self.ef_search,
-                    index=raw,
-                    tombstones=tomb,
-                )
-            else:
-                self.shards[name] = FlatShard(self.dim, index=raw)
-            self.seqs[name] = seq
+        for f in self.dir.glob(f"{name}.*.faiss"):
+            shard, _, seq_s = f.stem.partition(".")
+            if seq_s.isdigit() and int(seq_s) >= newest.get(shard, (-1, f))[0]:
+                newest[shard] = (int(seq_s), f)
+        return newest
+
+    def _read(self, f: Path) -> Shard:
+        raw = faiss.read_index(str(f))
+        inner = faiss.downcast_index(raw.index)
+        if not isinstance(inner, faiss.IndexHNSWFlat):
+            return FlatShard(self.dim, index=raw)
+        tomb_f = f.with_suffix(".tomb.npy")
+        tomb = set(np.load(tomb_f).tolist()) if tomb_f.exists() else set()
+        return HnswShard(
+            self.dim,
+            m=self.hnsw_m,
+            ef_construction=self.hnsw_ef_construction,
+            ef_search=self.ef_search,
+            index=raw,
+            tombstones=tomb,
+        )
 
     def write_manifest(self, synced_seq: int) -> None:
         """Record which model built the files and that they hold every change through
-        ``synced_seq`` (the ledger may trim its log up to there)."""
+        ``synced_seq`` (the ledger may trim its log up to there). A process behind another
+        does not lower it: files only get newer, so the higher mark stays true."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        synced_seq = max(synced_seq, self.synced_seq())
         manifest = self._manifest()
-        tmp = manifest.with_suffix(".tmp")
+        tmp = _tmp(manifest)
         meta = {"dim": self.dim, "model": self.model, "version": 1, "synced_seq": synced_seq}
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, manifest)
 
+    def _read_manifest(self) -> dict[str, Any]:
+        """The manifest on disk; empty when there is none (or it cannot be read)."""
+        try:
+            meta = json.loads(self._manifest().read_text())
+        except (OSError, ValueError):
+            return {}
+        return meta if isinstance(meta, dict) else {}
+
     def synced_seq(self) -> int:
         """``synced_seq`` of the manifest on disk (0 when there is none)."""
-        manifest = self._manifest()
-        if not manifest.exists():
-            return 0
-        return int(json.loads(manifest.read_text()).get("synced_seq", 0))
+        return int(self._read_manifest().get("synced_seq", 0))
 
     def save(self, names: Sequence[str] | None = None) -> int:
-        """Write dirty shards (atomically, new file then remove older ones)."""
+        """Write dirty shards (atomically, new file then remove older ones). Other processes
+        may save the same shards meanwhile: each writes its own temporary files, and the
+        clean-up leaves the ones still being written."""
         self.dir.mkdir(parents=True, exist_ok=True)
         todo = list(self.dirty if names is None else set(names) & self.dirty)
         for name in todo:
@@ -342,10 +389,10 @@ class ShardedIndex:
                 if shard is None:
                     continue
                 final = self.dir / f"{name}.{seq}.faiss"
-                tmp = self.dir / f"{name}.{seq}.faiss.tmp"
+                tmp = _tmp(final)
                 faiss.write_index(shard.index, str(tmp))
                 if isinstance(shard, HnswShard) and shard.tombstones:
-                    tomb_tmp = self.dir / f"{name}.{seq}.tomb.tmp.npy"
+                    tomb_tmp = _tmp(final.with_suffix(".tomb"), ".tmp.npy")
                     np.save(tomb_tmp, np.fromiter(shard.tombstones, dtype=np.int64))
                     os.replace(tomb_tmp, final.with_suffix(".tomb.npy"))
                 os.replace(tmp, final)
@@ -353,7 +400,8 @@ class ShardedIndex:
             for old in self.dir.glob(f"{name}.*"):
                 parts = old.name.split(".")
                 if len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < seq:
-                    old.unlink(missing_ok=True)
+                    if not _in_flight(old):
+                        old.unlink(missing_ok=True)
         return len(todo)
 
     def wipe(self) -> None:

@@ -197,8 +197,14 @@ class Ledger:
         return decayed, [row_to_record(r) for r in rows]
 
     def compact_changes(self, upto_seq: int) -> None:
+        """Trim the log through ``upto_seq``; ``compacted_upto`` rises (never falls) with it."""
         with self.write() as tx:
             tx.cur.execute("DELETE FROM changes WHERE seq <= ?", (upto_seq,))
+            tx.cur.execute(
+                "INSERT INTO meta VALUES ('compacted_upto', ?) ON CONFLICT(key) DO UPDATE "
+                "SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+                (str(upto_seq),),
+            )
 
     def set_vectors(self, pairs: Sequence[tuple[int, Vectors]]) -> None:
         """Replace stored vectors (re-embedding): (rowid, vector) pairs."""

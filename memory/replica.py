@@ -5,12 +5,16 @@ replica replays it into the per-user shards (``memory.index``), each shard remem
 last ``seq`` it has seen, so a replay after a crash applies every change exactly once:
 
 * after each write the writer calls :meth:`catch_up` (the index trails the ledger by at
-  most one transaction, and is never ahead of it);
+  most one transaction, and is never ahead of it); the writer also calls it inside its
+  ``BEGIN IMMEDIATE`` transaction, where the replay is complete, so its duplicate and
+  supersede candidates are the ledger's active records;
 * a reader calls ``catch_up(blocking=False)``: it picks up another process's writes, but
   never waits while this process's writer is replaying;
 * :meth:`persist` writes dirty shards and then trims the log up to what every shard file
-  already contains (``compacted_upto`` in the ledger's meta). A process that finds the log
-  trimmed past its own position reloads the shard files first.
+  already contains (``compacted_upto`` in the ledger's meta, raised in the same
+  transaction). Log seqs are consecutive, so a replica sees in the log itself when the
+  part after its position was trimmed (by another process): it reloads the shard files,
+  and rebuilds from the ledger when the files do not reach the trimmed part (issue #10).
 """
 
 from __future__ import annotations
@@ -52,21 +56,40 @@ class IndexReplica:
         if not self.lock.acquire(blocking=blocking):
             return 0  # a writer is replaying right now; readers do not wait for it
         try:
-            ledger, index = self.ledger, self.index
+            ledger = self.ledger
             top = ledger.max_seq()
             if top <= self.applied and not force:
                 return 0
-            compacted = int(ledger.get_meta("compacted_upto") or 0)
-            if 0 < self.applied < compacted:
-                index.load()  # another process trimmed the log past us: use its files
-                self.applied = 0
             changes = ledger.changes_since(self.applied)
+            first = changes[0].seq if changes else top + 1
+            if first > self.applied + 1:
+                # The log was trimmed past us (another process saved its shards and
+                # compacted): what we have not applied is only in the shard files now.
+                logger.info("change log trimmed past seq %d: reloading the index", self.applied)
+                reloaded = self._reload()
+                if reloaded is None:
+                    self._rebuild_from_ledger()
+                    return len(self.index)
+                changes = reloaded
             self._apply(changes)
             self.applied = max(self.applied, top, *(c.seq for c in changes[-1:]))
             self._since_save += len(changes)
             return len(changes)
         finally:
             self.lock.release()
+
+    def _reload(self) -> list[Change] | None:
+        """Load the shard files; returns the retained log to replay on top of them, or None
+        when they do not hold every trimmed change (a file unreadable, or the manifest not
+        reaching the log). The caller holds ``lock``."""
+        synced = self.index.synced_seq()  # read first: the files loaded next hold this much
+        unreadable = self.index.load()
+        changes = self.ledger.changes_since(0)
+        first = changes[0].seq if changes else self.ledger.max_seq() + 1
+        if unreadable or synced < first - 1:
+            return None
+        self.applied = first - 1
+        return changes
 
     def _apply(self, changes: Sequence[Change]) -> None:
         index = self.index
@@ -89,15 +112,17 @@ class IndexReplica:
                 index.remove(name, dels, seq)
 
     def open(self) -> None:
-        """Load the shard files and catch up; rebuild from the ledger when the files are
-        older than what the log still holds, or when the counts disagree."""
-        self.index.load()
-        compacted = int(self.ledger.get_meta("compacted_upto") or 0)
-        if self.index.synced_seq() < compacted:
+        """Load the shard files and replay the log after them; rebuild from the ledger when
+        the files do not reach the trimmed log, or when the counts disagree."""
+        with self.lock:
+            changes = self._reload()
+            if changes:
+                self._apply(changes)
+                self.applied = changes[-1].seq
+        if changes is None:
             logger.warning("index files predate the trimmed change log: rebuilding")
             self.rebuild()
             return
-        self.catch_up(force=True)
         active, indexed = self.ledger.count(), len(self.index)
         if active != indexed:
             logger.warning("index holds %d vectors, ledger %d records: rebuilding", indexed, active)
@@ -117,8 +142,7 @@ class IndexReplica:
             if not self.index.dirty:
                 self.index.write_manifest(upto)
                 if upto > 0:
-                    self.ledger.compact_changes(upto)
-                    self.ledger.set_meta("compacted_upto", str(upto))
+                    self.ledger.compact_changes(upto)  # and compacted_upto, in one transaction
         self._save_cost = time.monotonic() - t0
         self._last_save, self._since_save = time.monotonic(), 0
         return True
@@ -141,17 +165,28 @@ class IndexReplica:
         """Drop every shard file and rebuild all shards from the ledger's stored vectors."""
         t0 = time.perf_counter()
         with self.lock:
-            index, ledger = self.index, self.ledger
-            index.wipe()
-            top = ledger.max_seq()
-            for user_id, ids, vecs in ledger.active_vectors(index.dim):
-                name = shard_name(user_id)
-                with index.lock(name):
-                    index.add(name, ids, vecs, top)
-            self.applied = top
+            self.index.wipe()
+            self._rebuild_from_ledger()
         self.persist(force=True)
         return {
             "vectors": len(self.index),
             "shards": len(self.index.shards),
             "seconds": round(time.perf_counter() - t0, 3),
         }
+
+    def _rebuild_from_ledger(self) -> None:
+        """Every shard from the ledger's stored vectors, in memory (the next :meth:`persist`
+        writes them). A shard left without records stays, empty, so its file is replaced.
+        The caller holds ``lock``; may run inside a ledger write (it only reads)."""
+        index, ledger = self.index, self.ledger
+        before = set(index.shards) | set(index.files())
+        index.clear()
+        top = ledger.max_seq()
+        for user_id, ids, vecs in ledger.active_vectors(index.dim):
+            name = shard_name(user_id)
+            with index.lock(name):
+                index.add(name, ids, vecs, top)
+        empty = np.zeros((0, index.dim), dtype=np.float32)
+        for name in before - set(index.shards):
+            index.add(name, np.zeros(0, dtype=np.int64), empty, top)
+        self.applied = top

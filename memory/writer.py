@@ -89,7 +89,10 @@ class RecordWriter:
         out: list[str | int] = []
         pending: list[_Pending] = []
         with self.ledger.write() as tx:
-            # Under the write lock nobody can commit: the index sees every committed record.
+            # Under the write lock nobody can commit: after this replay (complete even when
+            # another process trimmed the change log, see IndexReplica.catch_up) the index
+            # holds exactly the ledger's active records, so the neighbour search below takes
+            # its duplicate/supersede candidates from the committed state (issue #10).
             self.replica.catch_up()
             for item, vec in zip(items, vecs, strict=True):
                 out.append(self._decide(tx, item, vec, pending, check, on_conflict))

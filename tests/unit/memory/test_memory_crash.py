@@ -114,12 +114,6 @@ def _run_two_and_kill(db: Path, seed: int) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="known defect, open in #10: under load one run (seed 5) ended with two active "
-    "'Project alpha status' records; suspected: the writer's top-8 neighbour search misses "
-    "the active record when the other process's supersedes are not yet in this index",
-)
 @pytest.mark.parametrize("seed", [4, 5])
 async def test_two_writers_one_killed_mid_write(tmp_path: Path, seed: int) -> None:
     """Two processes write the same store (duplicates and supersedes across them); one is
