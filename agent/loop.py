@@ -163,7 +163,7 @@ class Agent:
             except Exception as exc:  # memory is a help, never a reason to fail the run
                 logger.warning("memory recall failed: %s", exc)
         seen: dict[str, Observation] = {o_sig(o): o for o in state.observations}
-        counted_upto, idle, nudged = 0, 0, False
+        counted_upto, idle, nudged, repeats = 0, 0, False, 0
         while True:
             limit = self._limit(state)
             if limit is not None:
@@ -199,8 +199,10 @@ class Agent:
             calls = message["tool_calls"]
             fresh = [c for c in calls if call_sig(c) not in seen]
             if not fresh:  # the same call again: answer from what it returned the first time
-                yield await self._finish(state, "repeated_call")
-                break
+                if repeats >= self.limits.repeat_nudges:
+                    yield await self._finish(state, "repeated_call")
+                    break
+                repeats += 1  # once: not run, answered with a hint to use it or move on
             state.messages.append(message)
             progress = False
             for tool_step, obs in await self._execute(state, calls, seen):
@@ -390,10 +392,19 @@ class Agent:
     async def _repeat(
         self, state: AgentState, call: dict[str, Any], first: Observation, i: int
     ) -> tuple[ToolStep, Observation | None, str]:
+        if first.status == "ok":
+            hint = (
+                "its result is above. If it answers the request, reply with the final answer "
+                "now; if more is needed, call a different tool or use different arguments"
+            )
+        else:
+            hint = (
+                "it failed, and the same arguments fail the same way. Read the error above "
+                "and call again with corrected arguments, or use another tool"
+            )
         err = {
             "type": "repeated_call",
-            "message": f"already called with these arguments at step {first.step}; "
-            "use that result and answer",
+            "message": f"not run again: identical to the call at step {first.step}; {hint}",
         }
         return await self._refuse(state, call, i, ToolResult("error", error=err))
 

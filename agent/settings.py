@@ -28,6 +28,7 @@ class Limits:
     wall_clock_s: float = 300.0
     tool_timeout_s: float = 30.0
     no_progress_steps: int = 3  # steps without a new successful observation
+    repeat_nudges: int = 1  # identical repeats answered with a hint before the forced answer
     context_tokens: int = 5_000  # compaction threshold
     keep_turns: int = 4  # turns kept verbatim when compacting
     step_max_tokens: int = 512  # max_tokens of each model call
@@ -43,6 +44,12 @@ class AgentSettings(BaseSettings):
     wall_clock_s: float = Field(default=300.0, gt=0)
     tool_timeout_s: float = Field(default=30.0, gt=0)
     no_progress_steps: int = Field(default=3, ge=1)
+    repeat_nudges: int = Field(
+        default=1,
+        ge=0,
+        description="times an identical repeated call is answered with a hint (use the result, "
+        "change the arguments or another tool) before the final answer is forced",
+    )
     context_tokens: int = Field(default=5_000, ge=256, description="compaction threshold")
     keep_turns: int = Field(default=4, ge=1)
     step_max_tokens: int = Field(default=512, ge=16)

@@ -201,7 +201,7 @@ class RunResult:
         self.history.append(step)
         if isinstance(step, ModelStep):
             self.steps = max(self.steps, step.step)
-        elif isinstance(step, ToolStep):
+        elif isinstance(step, ToolStep) and step.error_type != "repeated_call":  # not run
             self.tool_calls.append(
                 {"name": step.name, "arguments": step.arguments, "status": step.status}
             )

@@ -42,14 +42,14 @@ def test_run_json_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["status"] == "done" and out["answer"] == "18 C in Paris"
-    assert out["steps"] == 2
+    assert out["steps"] == 3  # call, the repeat answered with a hint, the repeat again
     assert out["tool_calls"] == [
         {"name": "get_weather", "arguments": {"city": "Paris"}, "status": "ok"}
     ]
     assert Path(out["trace_path"]).is_file()
     assert model.requests[0]["model"] == "scripted-model"  # the embedding model is skipped
     lines = load_trace(out["run_id"])
-    assert [x["type"] for x in lines] == ["model", "tool", "model", "final"]
+    assert [x["type"] for x in lines] == ["model", "tool", "model", "tool", "model", "final"]
     show_trace(out["run_id"])
 
 

@@ -33,7 +33,12 @@ async def test_repeated_call_forces_final_answer_without_tools() -> None:
     agent = make(model)
     steps = [s async for s in agent.steps("Weather in Paris?")]
     kinds = [type(s).__name__ for s in steps]
-    assert kinds == ["ModelStep", "ToolStep", "ModelStep", "FinalStep"]
+    # the first repeat is not run but answered with a hint; the second forces the answer
+    assert kinds == ["ModelStep", "ToolStep", "ModelStep", "ToolStep", "ModelStep", "FinalStep"]
+    hint = steps[3]
+    assert isinstance(hint, ToolStep) and hint.error_type == "repeated_call"
+    hinted = model.chat_requests[2]["messages"][-1]
+    assert hinted["role"] == "tool" and "reply with the final answer" in hinted["content"]
     final = steps[-1]
     assert isinstance(final, FinalStep)
     assert (final.status, final.reason, final.answer, final.forced) == (
@@ -46,6 +51,32 @@ async def test_repeated_call_forces_final_answer_without_tools() -> None:
     last = model.requests[-1]
     assert "tools" not in last and last["response_format"]["type"] == "json_schema"
     assert "18" in last["messages"][-1]["content"]
+
+
+async def test_a_repeated_failing_call_is_told_to_fix_its_arguments() -> None:
+    def lookup(city: str) -> str:
+        """Weather by exact city name.
+
+        Args:
+            city: the city
+        """
+        if city != "Lisbon":
+            raise ValueError(f"no weather for {city!r}; known: Lisbon")
+        return "sunny"
+
+    model = ScriptedModel(
+        [
+            call("lookup", city="Lisboa"),
+            call("lookup", city="Lisboa"),
+            call("lookup", city="Lisbon"),
+        ],
+        answer="sunny in Lisbon",
+    )
+    res = await make(model, lookup).run("Weather in Lisbon?")
+    hinted = model.chat_requests[2]["messages"][-1]
+    assert hinted["role"] == "tool" and "corrected arguments" in hinted["content"]
+    assert [c["status"] for c in res.tool_calls] == ["error", "ok"]
+    assert res.answer == "sunny in Lisbon"
 
 
 async def test_tool_call_ids_pair_with_tool_messages() -> None:
@@ -96,7 +127,7 @@ async def test_text_before_any_tool_call_is_retried_with_a_call_required() -> No
     model = ScriptedModel(
         [text("probably sunny"), call("weather", city="Paris")], answer="18 in Paris"
     )
-    res = await make(model).run("Weather in Paris?")
+    res = await make(model, limits=Limits(repeat_nudges=0)).run("Weather in Paris?")
     assert [r["tool_choice"] for r in model.chat_requests] == ["auto", "required", "auto"]
     assert res.tool_calls == [{"name": "weather", "arguments": {"city": "Paris"}, "status": "ok"}]
     assert res.answer == "18 in Paris"
@@ -256,7 +287,7 @@ async def test_each_model_call_carries_its_trace_id_as_request_id() -> None:
 
 async def test_trace_file_lines() -> None:
     model = ScriptedModel([call("weather", city="Paris")], answer="18")
-    res = await make(model).run("q")
+    res = await make(model, limits=Limits(repeat_nudges=0)).run("q")
     lines = load_trace(res.trace_path)
     assert [x["type"] for x in lines] == ["model", "tool", "model", "final"]
     for x in lines:
