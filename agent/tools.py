@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib.util
 import inspect
 import json
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -161,7 +163,40 @@ class FunctionTool:
             return await self.fn(**arguments)
         # A sync tool runs in a worker thread so the loop (and its timeouts) stay responsive;
         # on timeout the await is cancelled, the thread finishes on its own.
-        return await asyncio.to_thread(self.fn, **arguments)
+        return await in_daemon_thread(self.fn, **arguments)
+
+
+async def in_daemon_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """``fn(**kwargs)`` in its own daemon thread. Unlike ``asyncio.to_thread`` (the loop's
+    default executor, joined by ``asyncio.run`` on exit), a call abandoned on timeout never
+    keeps the process alive: a tool that sleeps for ten minutes must not hang the CLI."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(value: Any, exc: BaseException | None) -> None:
+        if fut.done():  # cancelled by the timeout
+            return
+        if exc is None:
+            fut.set_result(value)
+        else:
+            fut.set_exception(exc)
+
+    def work() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = ctx.run(fn, **kwargs)
+        except BaseException as exc:  # handed to the awaiting task, which reports it
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    name = f"tool-{getattr(fn, '__name__', 'call')}"
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return await fut
 
 
 def load_tools_file(path: str | Path) -> list[FunctionTool]:

@@ -144,3 +144,33 @@ def test_tools_file(tmp_path: Path) -> None:
     assert not tools["add"].dangerous and tools["rm"].dangerous and tools["shutdown"].dangerous
     with pytest.raises(ConfigError):
         load_tools_file(tmp_path / "missing.py")
+
+
+def test_a_sync_tool_abandoned_on_timeout_does_not_keep_the_process_alive() -> None:
+    """asyncio.to_thread's executor is joined on exit: the CLI hung until the tool returned."""
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import asyncio, time\n"
+        "from agent.tools import in_daemon_thread\n"
+        "async def main():\n"
+        "    try:\n"
+        "        await asyncio.wait_for(in_daemon_thread(lambda s: time.sleep(s), s=60), 0.2)\n"
+        "    except TimeoutError:\n"
+        "        print('timed out')\n"
+        "    print(await in_daemon_thread(lambda x: x * 2, x=21))\n"
+        "asyncio.run(main())\n"
+    )
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert out.stdout.split() == ["timed", "out", "42"]
+    assert time.monotonic() - t0 < 20
