@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from agent.exceptions import ModelError
 from agent.settings import Limits
 from agent.state import AgentState, Reason
+from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
 
 __all__ = ["ANSWER_FORMAT", "Asker", "from_observations", "parse_answer", "request"]
 
@@ -88,13 +89,18 @@ def _prompt(state: AgentState, reason: str) -> list[dict[str, str]]:
         parts.insert(0, "Earlier requests: " + " | ".join(state.user_messages[:-1])[-800:])
     if state.pinned:
         parts.append("Pinned facts:\n" + "\n".join(f"- {k}: {v}" for k, v in state.pinned.items()))
-    if state.memory_block:
-        parts.append(state.memory_block)
+    if state.memory_block:  # the entries only: a small model quotes the block's guidance
+        facts = state.memory_block.replace(BLOCK_HEADER, "").replace(BLOCK_FOOTER, "").strip()
+        parts.append("Remembered from earlier conversations:\n" + facts)
     if state.summary:
         parts.append("Summary of earlier steps:\n" + state.summary)
     obs = observations_text(state)
     parts.append("Tool results:\n" + (obs or "(no tool was called)"))
-    parts.append(_WHY.get(reason, "") + "Write the final answer to the request now.")
+    parts.append(
+        _WHY.get(reason, "")
+        + "Write the final answer to the request now, in plain words with the values from the "
+        "tool results (not code, not an expression)."
+    )
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
