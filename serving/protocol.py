@@ -114,7 +114,9 @@ class FunctionCall(_Open):
         try:
             json.loads(v)
         except ValueError:
-            raise ValueError("tool call arguments must be a JSON text") from None
+            # A call cut by max_tokens (finish_reason "length") has such arguments and clients
+            # echo it back: carried as a JSON string so the template renders it, not refused.
+            return json.dumps(v, ensure_ascii=False)
         return v
 
 

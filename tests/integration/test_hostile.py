@@ -216,11 +216,6 @@ CLIENT_CASES: dict[str, dict[str, Any]] = {
     "tool-message-without-id": {"messages": [*USER, {"role": "tool", "content": "x"}]},
     "history-function-is-a-string": {"messages": history({"id": "a", "function": "f"})},
     "history-entry-is-a-number": {"messages": history(1)},
-    "history-arguments-not-json": {
-        "messages": history(
-            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
-        ),
-    },
     "history-with-tools-required": {
         "messages": history({"id": "a", "function": {"name": 5}}),
         "tools": [tool()],

@@ -58,27 +58,6 @@ BAD_REQUESTS = [
     ),
     pytest.param(chat_body(tools=[WEATHER, ADD, WEATHER]), "tools[2]", id="duplicate-tools"),
     pytest.param(chat_body(tools=[WEATHER], tool_choice="required", n=2), "n", id="n-with-tools"),
-    pytest.param(
-        chat_body(
-            tools=[WEATHER],
-            tool_choice="required",
-            messages=[
-                *USER,
-                {
-                    "role": "assistant",
-                    "tool_calls": [
-                        {
-                            "id": "call_1",
-                            "type": "function",
-                            "function": {"name": "get_weather", "arguments": "{not json"},
-                        }
-                    ],
-                },
-            ],
-        ),
-        "messages",
-        id="history-arguments-not-json",
-    ),
 ]
 
 
