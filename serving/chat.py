@@ -25,7 +25,7 @@ import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from serving.client_constraints import admit_constraints, client_constraint
 from serving.constraint import CompiledSchema, arguments_regex, call_head, name_regex
@@ -65,11 +65,14 @@ _CHAT_ONLY = {
 }  # fmt: skip
 
 
+ToolMode = Literal["required", "named", "auto"]
+
+
 @dataclass
 class ToolPlan:
     """What one tool request resolved to."""
 
-    mode: str  # "required" | "named" | "auto"
+    mode: ToolMode
     tools: dict[str, CompiledSchema]
     name_regex: str
     args_regex: dict[str, str]
@@ -157,7 +160,7 @@ class ChatService:
     def _plan(
         self,
         req: ChatCompletionRequest,
-        choice: str | NamedToolChoice,
+        choice: Literal["auto", "required"] | NamedToolChoice,
         compiled: dict[str, CompiledSchema],
     ) -> ToolPlan:
         if isinstance(choice, NamedToolChoice):
@@ -167,7 +170,8 @@ class ChatService:
                     f"tool_choice names {name!r}, which is not among the tools",
                     param="tool_choice",
                 )
-            mode, offered = "named", {name: compiled[name]}
+            mode: ToolMode = "named"
+            offered = {name: compiled[name]}
         else:
             mode, offered = choice, compiled
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []]

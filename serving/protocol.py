@@ -209,7 +209,7 @@ class ChatCompletionRequest(_Request):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.get("include_usage"))
 
-    def effective_tool_choice(self) -> str | NamedToolChoice:
+    def effective_tool_choice(self) -> Literal["none", "auto", "required"] | NamedToolChoice:
         if not self.tools:
             return "none"
         return self.tool_choice if self.tool_choice is not None else "auto"
