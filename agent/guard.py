@@ -15,7 +15,6 @@ A suspicious call is held for approval exactly like a dangerous tool.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -23,6 +22,8 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
+
+from agent.tools import in_daemon_thread
 
 __all__ = [
     "ApprovalRequest",
@@ -68,7 +69,9 @@ def terminal_approver(stdin: TextIO | None = None, stderr: TextIO | None = None)
         return line.strip().lower() in {"y", "yes"}
 
     async def approve(req: ApprovalRequest) -> bool:
-        return await asyncio.to_thread(prompt, req)
+        # a daemon thread like sync tools: a prompt abandoned (Ctrl-C, a limit) must not keep
+        # the process waiting for a line at exit
+        return bool(await in_daemon_thread(prompt, req=req))
 
     return approve
 

@@ -198,7 +198,7 @@ class Agent:
                 break
             calls = message["tool_calls"]
             fresh = [c for c in calls if call_sig(c) not in seen]
-            if not fresh:  # the same call again: answer from what it returned the first time
+            if not fresh:  # the same call again: not run; a hint first, then the forced answer
                 if repeats >= self.limits.repeat_nudges:
                     yield await self._finish(state, "repeated_call")
                     break
