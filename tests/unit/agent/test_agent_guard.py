@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
-from agent.guard import ApprovalRequest, distinctive_values, suspicious_call
+from agent.guard import ApprovalRequest, distinctive_values, suspicious_call, terminal_approver
 from agent.loop import Agent
 from agent.scripted import ScriptedModel, call, text
 from agent.state import ToolStep
@@ -148,3 +149,18 @@ def test_tool_output_cannot_approve_or_widen() -> None:
         "x@y.io",
         "a/b",
     ]
+
+
+async def test_terminal_approver_reads_the_answer_from_a_tty() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = io.StringIO()
+    req = ApprovalRequest(name="rm", arguments={"path": "x"}, why="dangerous", detail="rm")
+    approve = terminal_approver(Tty("y\n"), err)
+    assert approve is not None and await approve(req) is True
+    deny = terminal_approver(Tty("\n"), io.StringIO())
+    assert deny is not None and await deny(req) is False
+    assert "allow this call? [y/N]" in err.getvalue()
+    assert terminal_approver(io.StringIO("y\n"), err) is None  # not a TTY: nobody to ask
