@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Iterator
 
@@ -91,21 +90,29 @@ def test_overload_gets_429_with_retry_after(server: Server, tight_server: str) -
     body = {
         "model": server.model,
         "messages": [{"role": "user", "content": "Tell me a story."}],
-        "max_tokens": 40,
+        "max_tokens": 2000,
         "ignore_eos": True,
     }
     url = tight_server + "/v1/chat/completions"
-    first: dict[str, int] = {}
-
-    def occupy() -> None:
-        first["status"] = httpx.post(url, json=body, headers=AUTH, timeout=300).status_code
-
-    t = threading.Thread(target=occupy)
-    t.start()
-    time.sleep(1.5)
-    r = httpx.post(url, json=body, headers=AUTH, timeout=60)
-    t.join()
+    # The first request holds the only slot: it streams, and the second is sent only once the
+    # first has produced a chunk, so a fast machine cannot finish it before the second arrives.
+    with httpx.stream(
+        "POST", url, json={**body, "stream": True}, headers=AUTH, timeout=300
+    ) as first:
+        assert first.status_code == 200
+        lines = first.iter_lines()
+        while not next(lines).startswith("data: "):
+            pass
+        r = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=60)
     assert r.status_code == 429, r.text
     assert r.headers["retry-after"] == "3"
     assert r.json()["error"]["type"] == "rate_limit_error"
-    assert first["status"] == 200
+    # Hanging up on the first frees the slot; the next request is admitted.
+    assert wait_idle(server, timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+        again = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=120)
+        if again.status_code != 429 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert again.status_code == 200, again.text
