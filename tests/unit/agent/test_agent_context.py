@@ -89,3 +89,20 @@ def test_token_count_uses_last_usage_plus_new_messages() -> None:
     state.usage.add(1000, 10)
     state.messages.append({"role": "tool", "tool_call_id": "x", "content": "y" * 350})
     assert counter.context_tokens(state, 1) == 1000 + 100 + 4
+
+
+def test_the_final_answer_prompt_points_at_remembered_facts() -> None:
+    from agent.answer import _prompt
+    from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
+
+    state = AgentState(goal="What is my favourite city?")
+    plain = _prompt(state, "no_progress")[1]["content"]
+    assert "values from the tool results" in plain and "Remembered" not in plain
+    state.memory_block = (
+        f"{BLOCK_HEADER}\n- [fact | 2026-12 | user said] my favourite city is Porto\n{BLOCK_FOOTER}"
+    )
+    prompt = _prompt(state, "no_progress")[1]["content"]
+    # the entries only (not the block's guidance), and the instruction names them as a source:
+    # told to use "the values from the tool results", the model answered "no city was mentioned"
+    assert "my favourite city is Porto" in prompt and BLOCK_HEADER not in prompt
+    assert "values from the remembered facts and the tool results" in prompt
