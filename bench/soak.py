@@ -100,8 +100,10 @@ def summarize(report: Report) -> dict[str, Any]:
         if report.rss_after is not None and report.rss_before is not None
         else None
     )
+    errors = [f"{o.phase}: {o.status} {o.error}" for o in report.outcomes if o.error][:5]
     return {
         "phases": {p: dict(c) for p, c in by_phase.items()},
+        "errors": errors,
         "peak_held": int(peak["loopstack_requests_running"] + peak["loopstack_requests_waiting"]),
         "peak": peak,
         "before": report.before,
@@ -211,7 +213,9 @@ async def sampler(client: httpx.AsyncClient, into: list[dict[str, float]], stop:
 
 async def run(args: argparse.Namespace) -> Report:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    limits = httpx.Limits(max_connections=args.streams + args.burst + 8)
+    # below the server's 5 s keep-alive: a pooled connection the server is closing would fail
+    # the request without a response and count as a server error
+    limits = httpx.Limits(max_connections=args.streams + args.burst + 8, keepalive_expiry=2.0)
     timeout = httpx.Timeout(args.timeout, connect=10)
     async with httpx.AsyncClient(
         base_url=args.base_url, headers=headers, limits=limits, timeout=timeout

@@ -148,7 +148,12 @@ class VLLMEngine:
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(None, connect=10.0),
-            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+            # vLLM's uvicorn closes a keep-alive connection after 5 s idle, httpx reuses one for
+            # up to 5 s: a request sent on a connection the engine is closing fails without a
+            # response. Expiring ours first (2 s) avoids that race.
+            limits=httpx.Limits(
+                max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0
+            ),
         )
         if api_key:
             self._client.headers["Authorization"] = f"Bearer {api_key}"
