@@ -5,10 +5,15 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from serving.config import ServerSettings
+from serving.engine import read_engine_key
 from tests.integration.conftest import (
     API_KEY,
     Server,
@@ -17,6 +22,7 @@ from tests.integration.conftest import (
     stop,
     wait_healthy,
 )
+from tests.integration.holding_proxy import HOLD_MARKER, HoldingProxy, running_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -62,57 +68,77 @@ def test_client_disconnect_aborts_generation(server: Server, stream: bool) -> No
     assert wait_idle(server, timeout=20), "generation kept running after the client left"
 
 
+@dataclass
+class Tight:
+    """A second loopstack layer on the same vLLM, admitting 1 request and queueing none; it
+    reaches vLLM through a `HoldingProxy`, so a test can keep a generation going at will."""
+
+    url: str
+    proxy: HoldingProxy
+    log: Path
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
 @pytest.fixture(scope="module")
-def tight_server(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A second loopstack layer on the same vLLM, admitting 1 request and queueing none."""
-    port = free_port()
+def tight_server(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tight]:
+    engine_key = read_engine_key(ServerSettings().home / "run", urlsplit(server.engine_url).port)
+    proxy_port, port = free_port(), free_port()
     log = tmp_path_factory.mktemp("tight") / "server.log"
-    proc = start_server(
-        log,
-        {
-            "LOOPSTACK_API_KEY": API_KEY,
-            "LOOPSTACK_ENGINE_URL": server.engine_url,
-            "LOOPSTACK_SERVED_MODEL_NAME": server.model,
-            "LOOPSTACK_MAX_CONCURRENCY": "1",
-            "LOOPSTACK_MAX_QUEUE": "0",
-            "LOOPSTACK_RETRY_AFTER_S": "3",
-        },
-        port,
-    )
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", proc, log, 300)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
+    with running_proxy(server.engine_url, proxy_port) as proxy:
+        proc = start_server(
+            log,
+            {
+                "LOOPSTACK_API_KEY": API_KEY,
+                "LOOPSTACK_ENGINE_URL": f"http://127.0.0.1:{proxy_port}",
+                "LOOPSTACK_ENGINE_API_KEY": engine_key or "",
+                "LOOPSTACK_SERVED_MODEL_NAME": server.model,
+                "LOOPSTACK_MAX_CONCURRENCY": "1",
+                "LOOPSTACK_MAX_QUEUE": "0",
+                "LOOPSTACK_RETRY_AFTER_S": "3",
+            },
+            port,
+        )
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", proc, log, 300)
+            yield Tight(f"http://127.0.0.1:{port}", proxy, log)
+        finally:
+            stop(proc)
 
 
-def test_overload_gets_429_with_retry_after(server: Server, tight_server: str) -> None:
+def test_overload_gets_429_with_retry_after(server: Server, tight_server: Tight) -> None:
+    proxy = tight_server.proxy
     body = {
         "model": server.model,
         "messages": [{"role": "user", "content": "Tell me a story."}],
         "max_tokens": 2000,
         "ignore_eos": True,
     }
-    url = tight_server + "/v1/chat/completions"
-    # The first request holds the only slot: it streams, and the second is sent only once the
-    # first has produced a chunk, so a fast machine cannot finish it before the second arrives.
-    with httpx.stream(
-        "POST", url, json={**body, "stream": True}, headers=AUTH, timeout=300
-    ) as first:
-        assert first.status_code == 200
+    held = {**body, "stream": True, "messages": [{"role": "user", "content": HOLD_MARKER}]}
+    url = tight_server.url + "/v1/chat/completions"
+
+    def why() -> str:
+        return "\n".join(["proxy:", *proxy.log, "tight server:", tight_server.tail()])
+
+    # The first request holds the only slot: mid-stream, its next line held back by the proxy
+    # until the test hangs up, so no machine is fast enough to finish it first.
+    with httpx.stream("POST", url, json=held, headers=AUTH, timeout=120) as first:
+        assert first.status_code == 200, why()
         lines = first.iter_lines()
         while not next(lines).startswith("data: "):
             pass
+        assert proxy.holding.wait(10), why()
         r = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=60)
-    assert r.status_code == 429, r.text
+    assert r.status_code == 429, f"{r.status_code} {r.text[:300]}\n{why()}"
     assert r.headers["retry-after"] == "3"
     assert r.json()["error"]["type"] == "rate_limit_error"
-    # Hanging up on the first frees the slot; the next request is admitted.
-    assert wait_idle(server, timeout=30)
+    # Hanging up on the first frees the slot (and aborts it in vLLM); the next is admitted.
+    assert wait_idle(server, timeout=30), why()
     deadline = time.monotonic() + 30
     while True:
         again = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=120)
         if again.status_code != 429 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert again.status_code == 200, again.text
+    assert again.status_code == 200, f"{again.text[:300]}\n{why()}"
