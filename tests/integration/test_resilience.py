@@ -121,14 +121,11 @@ def test_overload_gets_429_with_retry_after(server: Server, tight_server: Tight)
     def why() -> str:
         return "\n".join(["proxy:", *proxy.log, "tight server:", tight_server.tail()])
 
-    # The first request holds the only slot: mid-stream, its next line held back by the proxy
-    # until the test hangs up, so no machine is fast enough to finish it first.
+    # The first request holds the only slot: mid-stream (its headers are out), the rest held
+    # back by the proxy until the test hangs up, so no machine is fast enough to finish it.
     with httpx.stream("POST", url, json=held, headers=AUTH, timeout=120) as first:
         assert first.status_code == 200, why()
-        lines = first.iter_lines()
-        while not next(lines).startswith("data: "):
-            pass
-        assert proxy.holding.wait(10), why()
+        assert proxy.holding.wait(30), why()
         r = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=60)
     assert r.status_code == 429, f"{r.status_code} {r.text[:300]}\n{why()}"
     assert r.headers["retry-after"] == "3"
