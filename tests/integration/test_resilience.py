@@ -123,10 +123,13 @@ def test_overload_gets_429_with_retry_after(server: Server, tight_server: Tight)
 
     # The first request holds the only slot: mid-stream (its headers are out), the rest held
     # back by the proxy until the test hangs up, so no machine is fast enough to finish it.
-    with httpx.stream("POST", url, json=held, headers=AUTH, timeout=120) as first:
-        assert first.status_code == 200, why()
-        assert proxy.holding.wait(30), why()
-        r = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=60)
+    try:
+        with httpx.stream("POST", url, json=held, headers=AUTH, timeout=120) as first:
+            assert first.status_code == 200, why()
+            assert proxy.holding.wait(30), why()
+            r = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=60)
+    except httpx.TimeoutException as exc:
+        pytest.fail(f"{exc!r}\n{why()}")
     assert r.status_code == 429, f"{r.status_code} {r.text[:300]}\n{why()}"
     assert r.headers["retry-after"] == "3"
     assert r.json()["error"]["type"] == "rate_limit_error"
