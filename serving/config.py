@@ -26,6 +26,13 @@ class ServerSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
+    keep_alive_s: int = Field(
+        default=75,
+        ge=1,
+        description="How long an idle client connection stays open. Longer than clients' own "
+        "idle expiry (httpx and the openai client: 5 s), so a client never sends a request on "
+        "a connection the server is closing at that moment (that request fails unanswered).",
+    )
     model: str | None = Field(
         default=None,
         description="HF id, local HF folder, local .gguf, or the offline default. "

@@ -231,15 +231,28 @@ def serve(settings: ServerSettings) -> None:
         logger.error("cannot start: %s", exc)
         sys.exit(2)
     engine = app.state.loopstack.engine
-    if not run_bounded(app, engine, settings.host, settings.port, settings.shutdown_grace_s):
+    if not run_bounded(
+        app,
+        engine,
+        settings.host,
+        settings.port,
+        settings.shutdown_grace_s,
+        keep_alive_s=settings.keep_alive_s,
+    ):
         sys.exit(3)  # startup failed (the engine did not come up); the log says why
 
 
-def run_bounded(app: FastAPI, engine: Any, host: str, port: int, grace_s: float) -> bool:
-    """Serve `app` until a signal; the whole shutdown fits in `grace_s`. False: no startup."""
+def run_bounded(
+    app: FastAPI, engine: Any, host: str, port: int, grace_s: float, *, keep_alive_s: int = 75
+) -> bool:
+    """Serve `app` until a signal; the whole shutdown fits in `grace_s`. False: no startup.
+
+    Idle connections stay open `keep_alive_s` (uvicorn's default, 5 s, equals the clients'
+    own idle expiry: a request sent just as the server closes the connection is lost)."""
     budget = ShutdownBudget(grace_s)
     config = uvicorn.Config(
         app, host=host, port=port, log_config=None, access_log=False,
+        timeout_keep_alive=keep_alive_s,
         timeout_graceful_shutdown=max(1, math.floor(budget.requests_s)),
     )  # fmt: skip
     server = BoundedServer(
