@@ -101,8 +101,21 @@ def tight_server(server: Server, tmp_path_factory: pytest.TempPathFactory) -> It
             port,
         )
         try:
-            wait_healthy(f"http://127.0.0.1:{port}", proc, log, 300)
-            yield Tight(f"http://127.0.0.1:{port}", proxy, log)
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(url, proc, log, 300)
+            # One small generation first: whatever a fresh server does on its first request
+            # (CI once saw a ~5 min stall there) is out of the way before the test times it.
+            started = time.monotonic()
+            warm = httpx.post(
+                url + "/v1/chat/completions",
+                json={"model": server.model, "messages": [{"role": "user", "content": "Hi"}],
+                      "max_tokens": 1},
+                headers=AUTH,
+                timeout=900,
+            )  # fmt: skip
+            assert warm.status_code == 200, warm.text
+            proxy.note(f"warm-up request took {time.monotonic() - started:.1f} s")
+            yield Tight(url, proxy, log)
         finally:
             stop(proc)
 
@@ -124,7 +137,7 @@ def test_overload_gets_429_with_retry_after(server: Server, tight_server: Tight)
     # The first request holds the only slot: mid-stream (its headers are out), the rest held
     # back by the proxy until the test hangs up, so no machine is fast enough to finish it.
     try:
-        with httpx.stream("POST", url, json=held, headers=AUTH, timeout=120) as first:
+        with httpx.stream("POST", url, json=held, headers=AUTH, timeout=300) as first:
             assert first.status_code == 200, why()
             assert proxy.holding.wait(30), why()
             r = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=60)
