@@ -105,16 +105,17 @@ def tight_server(server: Server, tmp_path_factory: pytest.TempPathFactory) -> It
             wait_healthy(url, proc, log, 300)
             # One small generation first: whatever a fresh server does on its first request
             # (CI once saw a ~5 min stall there) is out of the way before the test times it.
-            started = time.monotonic()
-            warm = httpx.post(
-                url + "/v1/chat/completions",
-                json={"model": server.model, "messages": [{"role": "user", "content": "Hi"}],
-                      "max_tokens": 1},
-                headers=AUTH,
-                timeout=900,
-            )  # fmt: skip
-            assert warm.status_code == 200, warm.text
-            proxy.note(f"warm-up request took {time.monotonic() - started:.1f} s")
+            for stream in (False, True):
+                started = time.monotonic()
+                warm = httpx.post(
+                    url + "/v1/chat/completions",
+                    json={"model": server.model, "messages": [{"role": "user", "content": "Hi"}],
+                          "max_tokens": 1, "stream": stream},
+                    headers=AUTH,
+                    timeout=900,
+                )  # fmt: skip
+                assert warm.status_code == 200, warm.text
+                proxy.note(f"warm-up (stream={stream}) took {time.monotonic() - started:.1f} s")
             yield Tight(url, proxy, log)
         finally:
             stop(proc)
@@ -137,7 +138,7 @@ def test_overload_gets_429_with_retry_after(server: Server, tight_server: Tight)
     # The first request holds the only slot: mid-stream (its headers are out), the rest held
     # back by the proxy until the test hangs up, so no machine is fast enough to finish it.
     try:
-        with httpx.stream("POST", url, json=held, headers=AUTH, timeout=300) as first:
+        with httpx.stream("POST", url, json=held, headers=AUTH, timeout=600) as first:
             assert first.status_code == 200, why()
             assert proxy.holding.wait(30), why()
             r = httpx.post(url, json={**body, "max_tokens": 8}, headers=AUTH, timeout=60)
