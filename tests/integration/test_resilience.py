@@ -103,8 +103,9 @@ def tight_server(server: Server, tmp_path_factory: pytest.TempPathFactory) -> It
         try:
             url = f"http://127.0.0.1:{port}"
             wait_healthy(url, proc, log, 300)
-            # One small generation first: whatever a fresh server does on its first request
-            # (CI once saw a ~5 min stall there) is out of the way before the test times it.
+            # Two small generations first, so whatever a fresh server does on its first request
+            # is out of the way (CI once spent 342 s in this test, cause not found; the times
+            # are in the failure report).
             for stream in (False, True):
                 started = time.monotonic()
                 warm = httpx.post(
