@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,10 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from tests.ports import free_port
+
 API_KEY = "test-key-123"
 START_TIMEOUT_S = float(os.environ.get("LOOPSTACK_TEST_START_TIMEOUT", "1200"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -22,6 +22,7 @@ import yaml
 
 from serving.config import ServerSettings
 from serving.metrics import Metrics
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
@@ -459,15 +460,6 @@ class Handler(BaseHTTPRequestHandler):
 
 ThreadingHTTPServer(("127.0.0.1", int(os.environ["LOOPSTACK_PORT"])), Handler).serve_forever()
 '''
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:

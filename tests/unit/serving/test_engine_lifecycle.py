@@ -9,7 +9,6 @@ import contextlib
 import http.server
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -25,18 +24,13 @@ from serving import engine as engine_mod
 from serving.engine import Backoff, VLLMEngine, read_engine_key
 from serving.engine_process import ensure_port_free, port_is_free
 from serving.exceptions import EnginePortInUse, EngineStartError, EngineUnavailable
+from tests.ports import free_port
 from tests.unit.serving.serving_fakes import MODEL as FAKE_MODEL
 from tests.unit.serving.serving_fakes import Harness
 
 FAKE = str(Path(__file__).with_name("fake_vllm.py"))
 ROOT = str(Path(__file__).resolve().parents[3])
 MODEL = "fake"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def all_gone(pids: set[int], timeout: float) -> float | None:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from serving.config import ServerSettings
+from tests.ports import free_port
 
 ROOT = str(Path(__file__).resolve().parents[3])
 APP = textwrap.dedent(
@@ -34,12 +35,6 @@ APP = textwrap.dedent(
     run_bounded(app, object(), "127.0.0.1", {port}, 3.0{extra})
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
