@@ -243,7 +243,7 @@ def serve(settings: ServerSettings) -> None:
 
 
 def run_bounded(
-    app: FastAPI, engine: Any, host: str, port: int, grace_s: float, *, keep_alive_s: int = 75
+    app: FastAPI, engine: Any, host: str, port: int, grace_s: float, *, keep_alive_s: int
 ) -> bool:
     """Serve `app` until a signal; the whole shutdown fits in `grace_s`. False: no startup.
 

@@ -389,7 +389,7 @@ FULL_APP = textwrap.dedent(
         lines = engine.stream("/v1/completions", {{"stream": True, "max_tokens": 100000}})
         return StreamingResponse((line + b"\\n\\n" async for line in lines))
 
-    run_bounded(app, engine, "127.0.0.1", {port}, {grace})
+    run_bounded(app, engine, "127.0.0.1", {port}, {grace}, keep_alive_s=5)
     """
 )
 
