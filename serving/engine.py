@@ -25,6 +25,7 @@ import contextvars
 import hashlib
 import json
 import logging
+import math
 import os
 import secrets
 import time
@@ -35,7 +36,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from serving.engine_process import EngineProcess, ensure_port_free, owned_listener
+from serving.engine_process import EngineProcess, ensure_port_free, owned_listener, port_is_free
 from serving.exceptions import (
     EngineError,
     EngineStartError,
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 ENGINE_RETRY_AFTER_S = 5
+PORT_RELEASE_S = 10.0  # how long a restart waits for a killed engine to let go of its port
 EngineState = Literal["idle", "starting", "ready", "restarting", "stopping", "stopped"]
 Spawner = Callable[..., EngineProcess]
 
@@ -255,6 +257,7 @@ class VLLMEngine:
             old, self._proc = self._proc, None
             if old is not None:
                 await old.terminate(0.0)
+                await self._port_released(PORT_RELEASE_S)
             try:
                 await self._launch(timeout_s)
             except Exception as exc:
@@ -275,6 +278,15 @@ class VLLMEngine:
                 "vLLM restarted in %.1f s (%d attempt(s))", time.monotonic() - started, attempt + 1
             )
             return
+
+    async def _port_released(self, timeout_s: float) -> None:
+        """Wait (bounded) until the killed engine's listening socket is gone: a big process
+        takes a moment to die after SIGKILL, and an attempt started before that would fail
+        on "port in use" (and a timed-out attempt would not yet have earned more time)."""
+        for _ in range(math.ceil(timeout_s / 0.05)):
+            if port_is_free(self.port):
+                return
+            await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
         """Final shutdown: stop the engine group (bounded), then close the HTTP client."""

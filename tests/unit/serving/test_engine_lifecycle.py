@@ -9,6 +9,7 @@ import contextlib
 import http.server
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -173,6 +174,30 @@ async def test_watchdog_restarts_a_killed_engine_and_never_closes_the_client(
         assert len(pid_log.read_text().split()) == 4  # a second, new engine
     finally:
         watchdog.cancel()
+        await engine.stop()
+
+
+async def test_a_restart_waits_for_the_killed_engine_to_let_go_of_its_port(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A big engine takes a moment to die after SIGKILL; its port is held meanwhile (here: by
+    a socket the test closes 0.5 s later). The restart waits for it instead of failing."""
+    port = free_port()
+    engine = make_engine(port, tmp_path, restart_timeout_s=10.0)
+    await engine.start()
+    try:
+        engine._proc.kill_now()  # type: ignore[union-attr]
+        assert await asyncio.to_thread(all_gone, engine.engine_pids(), 5) is not None
+        dying = socket.socket()
+        dying.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        dying.bind(("127.0.0.1", port))
+        dying.listen()
+        threading.Timer(0.5, dying.close).start()
+        await asyncio.wait_for(engine.restart(), 30)
+        failed = [r.getMessage() for r in caplog.records if "restart attempt" in r.getMessage()]
+        assert failed == []
+        assert engine.state == "ready" and await engine.healthy()
+    finally:
         await engine.stop()
 
 
