@@ -213,8 +213,8 @@ async def sampler(client: httpx.AsyncClient, into: list[dict[str, float]], stop:
 
 async def run(args: argparse.Namespace) -> Report:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    # below the server's 5 s keep-alive: a pooled connection the server is closing would fail
-    # the request without a response and count as a server error
+    # below uvicorn's default 5 s keep-alive (vLLM's; loopstack keeps 75 s): a pooled connection
+    # the server is closing would fail the request without a response (a false server error)
     limits = httpx.Limits(max_connections=args.streams + args.burst + 8, keepalive_expiry=2.0)
     timeout = httpx.Timeout(args.timeout, connect=10)
     async with httpx.AsyncClient(
