@@ -8,8 +8,11 @@ shape and are normalised the way vLLM does it before templating: assistant tool-
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from serving.exceptions import InvalidRequest
@@ -28,14 +31,51 @@ _FALLBACK_TOOL_PROMPT = (
 )
 
 
+class BackgroundTokenizer:
+    """A tokenizer that loads in a thread from the moment this is built.
+
+    Importing transformers and reading the tokenizer take ~13 s of one core. `serve` starts
+    the engine (its own processes) meanwhile instead of after. `get()` waits for the load and
+    raises what it raised."""
+
+    def __init__(self, load: Callable[[], Any]):
+        self._load = load
+        self._done = threading.Event()
+        self._tokenizer: Any = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, name="tokenizer-load", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._tokenizer = self._load()
+        except BaseException as exc:  # handed to whoever waits in get()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def get(self) -> Any:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._tokenizer
+
+
 class PromptBuilder:
     """Renders OpenAI chat messages with a Hugging Face tokenizer's chat template."""
 
     def __init__(self, tokenizer: Any, *, max_model_len: int | None = None):
-        self.tokenizer = tokenizer
+        self._tokenizer = tokenizer  # or a BackgroundTokenizer, resolved on first use
         self.max_model_len = max_model_len
-        template = getattr(tokenizer, "chat_template", None) or ""
-        self.template_renders_tools = "tools" in template
+
+    @property
+    def tokenizer(self) -> Any:
+        if isinstance(self._tokenizer, BackgroundTokenizer):
+            self._tokenizer = self._tokenizer.get()
+        return self._tokenizer
+
+    @functools.cached_property
+    def template_renders_tools(self) -> bool:
+        return "tools" in (getattr(self.tokenizer, "chat_template", None) or "")
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         conversation = [_normalise(m) for m in messages]
@@ -52,8 +92,9 @@ class PromptBuilder:
                 }
             else:
                 conversation.insert(0, {"role": "system", "content": system})
+        tokenizer = self.tokenizer  # a failed load is not the request's fault: not a 400
         try:
-            text = self.tokenizer.apply_chat_template(
+            text = tokenizer.apply_chat_template(
                 conversation, tokenize=False, add_generation_prompt=True, **kwargs
             )
         except Exception as exc:  # jinja raises on shapes the template rejects

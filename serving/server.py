@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -41,7 +42,7 @@ from serving.hardware import default_model, detect_hardware, vllm_launch
 from serving.limits import Limits
 from serving.metrics import Metrics
 from serving.model_store import resolve_model
-from serving.prompt import PromptBuilder
+from serving.prompt import BackgroundTokenizer, PromptBuilder
 from serving.schema_cache import SchemaCache
 from serving.schema_limits import SchemaLimits
 
@@ -84,6 +85,12 @@ def _engine_key(settings: ServerSettings) -> str | None:
     return None
 
 
+def _load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     """Everything but the listening socket: model, engine command, services, router."""
     if settings.engine_url is None:  # refuse before loading anything
@@ -91,6 +98,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     hw = detect_hardware(settings.device)
     logger.info("hardware: %s", hw)
     model = resolve_model(settings.model, settings.home, default_for_device=default_model(hw))
+    tokenizer = BackgroundTokenizer(functools.partial(_load_tokenizer, model.path_or_id))
     name = settings.served_model_name or model.name
     launch = vllm_launch(settings, hw, model.path_or_id, name)
     engine = VLLMEngine(
@@ -106,9 +114,6 @@ def create_app(settings: ServerSettings) -> FastAPI:
         stop_grace_s=ShutdownBudget(settings.shutdown_grace_s).engine_s,
         key_dir=settings.home / "run",
     )
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model.path_or_id)
     metrics = Metrics()
     prompts = PromptBuilder(tokenizer, max_model_len=launch.max_model_len)
     state = AppState(
@@ -160,7 +165,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
-        await engine.start()
+        starting = asyncio.create_task(engine.start())  # the tokenizer loads meanwhile
+        try:
+            await asyncio.to_thread(tokenizer.get)
+        except BaseException:
+            starting.cancel()
+            with contextlib.suppress(BaseException):
+                await starting
+            raise
+        await starting
         logger.info("loopstack serving %s on http://%s:%d/v1", name, settings.host, settings.port)
         watchdog = asyncio.create_task(engine.supervise())
         try:
