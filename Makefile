@@ -56,7 +56,7 @@ test-unit: install
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/unit $(PYTEST_ARGS)
 
 test-integration: install
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/integration tests/e2e $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/integration $(PYTEST_ARGS)
 
 # Agent load sweep against the running `make serve` server: report in bench/results/agents/
 BENCH_URL ?= http://127.0.0.1:8000/v1

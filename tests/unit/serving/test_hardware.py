@@ -1,4 +1,5 @@
-"""The vLLM command line for a CPU box: the dtype follows what the CPU computes natively."""
+"""The vLLM command line for a CPU box: the dtype follows what the CPU computes natively;
+the KV cache is sized from RAM."""
 
 from __future__ import annotations
 
@@ -29,3 +30,12 @@ def test_explicit_dtype_wins_and_reaches_the_command_line() -> None:
 def test_gpu_launch_has_no_cpu_dtype() -> None:
     argv = vllm_launch(ServerSettings(), Hardware("cuda", 1, 8, 64.0), "m", "m").argv
     assert "--dtype" not in argv
+
+
+def test_cpu_kv_cache_is_a_sixth_of_ram_within_1_to_8_gib_unless_set() -> None:
+    def kv(mem_gib: float, **kw: object) -> str:
+        hw = Hardware("cpu", 0, 2, mem_gib, frozenset())
+        return vllm_launch(ServerSettings(**kw), hw, "m", "m").env["VLLM_CPU_KVCACHE_SPACE"]  # type: ignore[arg-type]
+
+    assert [kv(4.0), kv(23.5), kv(200.0)] == ["1", "3", "8"]
+    assert kv(23.5, cpu_kv_cache_gib=1) == "1"
