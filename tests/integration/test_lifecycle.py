@@ -26,12 +26,12 @@ import openai
 import psutil
 import pytest
 
-from tests.integration.conftest import API_KEY, free_port, start_server, wait_healthy
+from tests.integration.conftest import API_KEY, SMALL_KV, free_port, start_server, wait_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 GRACE_S = 6.0
-RESTART_TIMEOUT_S = 25.0  # below a vLLM start on this machine: the first restart times out
+RESTART_TIMEOUT_S = 10.0  # far below any vLLM start (60-180 s here): the first restart times out
 START_TIMEOUT_S = float(os.environ.get("LOOPSTACK_TEST_START_TIMEOUT", "1200"))
 
 
@@ -130,7 +130,7 @@ def test_a_taken_engine_port_is_refused_and_the_stranger_never_used(tmp_path: Pa
 def test_kill_9_of_the_server_leaves_no_engine_behind(engine_port: int, tmp_path: Path) -> None:
     """kill -9 while vLLM loads the model (its engine core already spawned)."""
     log = tmp_path / "server.log"
-    env = {"LOOPSTACK_API_KEY": API_KEY, "LOOPSTACK_ENGINE_PORT": str(engine_port)}
+    env = {"LOOPSTACK_API_KEY": API_KEY, "LOOPSTACK_ENGINE_PORT": str(engine_port), **SMALL_KV}
     proc = start_server(log, env, free_port())
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -171,6 +171,7 @@ def life(engine_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         "LOOPSTACK_ENGINE_PORT": str(engine_port),
         "LOOPSTACK_ENGINE_RESTART_TIMEOUT_S": str(RESTART_TIMEOUT_S),
         "LOOPSTACK_SHUTDOWN_GRACE_S": str(GRACE_S),
+        **SMALL_KV,
     }
     started = time.monotonic()
     proc = start_server(log, env, port)
