@@ -26,6 +26,21 @@ API_KEY = "test-key-123"
 # and a fresh VM backs each page on first touch at ~90 MB/s (6 GiB took 69 s the first time,
 # 5.5 s the second), so every GiB not allocated is ~12 s off an engine start.
 SMALL_KV = {"LOOPSTACK_CPU_KV_CACHE_GIB": "1"}
+# The lifecycle tests end the session's server (marked `ends_server`, run after everything
+# else): they kill its engine, which must first restart too slowly once, then SIGTERM it.
+RESTART_TIMEOUT_S = 10.0  # far below any vLLM start (60-180 s here): the first restart times out
+GRACE_S = 6.0
+LIFECYCLE = {
+    "LOOPSTACK_ENGINE_RESTART_TIMEOUT_S": str(RESTART_TIMEOUT_S),
+    "LOOPSTACK_SHUTDOWN_GRACE_S": str(GRACE_S),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that end the session's server run last (a stable sort keeps their order)."""
+    items.sort(key=lambda item: item.get_closest_marker("ends_server") is not None)
+
+
 START_TIMEOUT_S = float(os.environ.get("LOOPSTACK_TEST_START_TIMEOUT", "1200"))
 
 
@@ -90,7 +105,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         return
     port, engine_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    env = {"LOOPSTACK_API_KEY": API_KEY, "LOOPSTACK_ENGINE_PORT": str(engine_port), **SMALL_KV}
+    env = {
+        "LOOPSTACK_API_KEY": API_KEY,
+        "LOOPSTACK_ENGINE_PORT": str(engine_port),
+        **SMALL_KV,
+        **LIFECYCLE,
+    }
     proc = start_server(log, env, port)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -2,11 +2,12 @@
 meets them. The engine never outlives the server, a stranger on the engine port is never
 adopted, SIGTERM is bounded, and the watchdog brings a killed engine back by itself.
 
-These tests start their own servers (one at a time, on free ports) because they kill them.
-Order matters and saves engine starts: the kill -9 test runs during an engine start; the
-server of the later tests then starts on the very same engine port (a restart after that
-fault), survives an engine kill mid-stream with a slow restart, and is finally SIGTERMed
-during a long request. Timings are printed (``pytest -s``).
+The kill -9 test starts a server of its own and kills it during its engine's start. The last
+two end the session's server (marked `ends_server`, so they run after every other test): one
+engine start saved, and no second engine beside the session's. Its engine is killed
+mid-stream and must come back through a restart attempt that times out; then the server is
+SIGTERMed during a long request. With a reused server (LOOPSTACK_TEST_BASE_URL) they start
+one of their own instead. Timings are printed (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -20,18 +21,27 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import openai
 import psutil
 import pytest
 
-from tests.integration.conftest import API_KEY, SMALL_KV, free_port, start_server, wait_healthy
+from tests.integration.conftest import (
+    API_KEY,
+    GRACE_S,
+    LIFECYCLE,
+    RESTART_TIMEOUT_S,
+    SMALL_KV,
+    Server,
+    free_port,
+    start_server,
+    wait_healthy,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-GRACE_S = 6.0
-RESTART_TIMEOUT_S = 10.0  # far below any vLLM start (60-180 s here): the first restart times out
 START_TIMEOUT_S = float(os.environ.get("LOOPSTACK_TEST_START_TIMEOUT", "1200"))
 
 
@@ -83,11 +93,6 @@ def port_free(port: int) -> bool:
     return port_is_free(port)
 
 
-@pytest.fixture(scope="module")
-def engine_port() -> int:
-    return free_port()
-
-
 def test_a_taken_engine_port_is_refused_and_the_stranger_never_used(tmp_path: Path) -> None:
     seen: list[str] = []
 
@@ -127,9 +132,9 @@ def test_a_taken_engine_port_is_refused_and_the_stranger_never_used(tmp_path: Pa
     assert seen == [], "the server talked to a process it did not start"
 
 
-def test_kill_9_of_the_server_leaves_no_engine_behind(engine_port: int, tmp_path: Path) -> None:
+def test_kill_9_of_the_server_leaves_no_engine_behind(tmp_path: Path) -> None:
     """kill -9 while vLLM loads the model (its engine core already spawned)."""
-    log = tmp_path / "server.log"
+    log, engine_port = tmp_path / "server.log", free_port()
     env = {"LOOPSTACK_API_KEY": API_KEY, "LOOPSTACK_ENGINE_PORT": str(engine_port), **SMALL_KV}
     proc = start_server(log, env, free_port())
     try:
@@ -158,36 +163,43 @@ class Life:
     pid: int
     log: Path
     model: str
-    started_s: float
+    engine_port: int
 
 
 @pytest.fixture(scope="module")
-def life(engine_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Life]:
-    """A server of our own, on the engine port the kill -9 test used (if it ran)."""
-    port = free_port()
+def life(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Life]:
+    """The session's server if the tests started it (the tests using this end it), else one
+    of our own: a reused server is never killed."""
+    if server.proc is not None:
+        engine_port = urlsplit(server.engine_url).port
+        assert engine_port is not None
+        yield Life(
+            server.base_url, server.proc, server.proc.pid, server.log, server.model, engine_port
+        )
+        return
+    port, engine_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("life") / "server.log"
     env = {
         "LOOPSTACK_API_KEY": API_KEY,
         "LOOPSTACK_ENGINE_PORT": str(engine_port),
-        "LOOPSTACK_ENGINE_RESTART_TIMEOUT_S": str(RESTART_TIMEOUT_S),
-        "LOOPSTACK_SHUTDOWN_GRACE_S": str(GRACE_S),
         **SMALL_KV,
+        **LIFECYCLE,
     }
     started = time.monotonic()
     proc = start_server(log, env, port)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(base, proc, log, START_TIMEOUT_S)
-        took = time.monotonic() - started
-        print(f"\nserver healthy in {took:.0f} s")
+        print(f"\nserver healthy in {time.monotonic() - started:.0f} s")
         model = httpx.get(base + "/v1/models", headers=AUTH).json()["data"][0]["id"]
-        yield Life(base, proc, proc.pid, log, model, took)
+        yield Life(base, proc, proc.pid, log, model, engine_port)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
 
 
+@pytest.mark.ends_server
 def test_engine_killed_mid_stream_and_a_slow_restart_recover_by_themselves(life: Life) -> None:
     client = openai.OpenAI(base_url=life.base + "/v1", api_key=API_KEY, max_retries=0)
     stream = client.chat.completions.create(
@@ -237,9 +249,8 @@ def test_engine_killed_mid_stream_and_a_slow_restart_recover_by_themselves(life:
     assert done.choices[0].message.content
 
 
-def test_sigterm_during_a_long_request_ends_within_the_grace_period(
-    life: Life, engine_port: int
-) -> None:
+@pytest.mark.ends_server
+def test_sigterm_during_a_long_request_ends_within_the_grace_period(life: Life) -> None:
     pids = {p.pid for p in engine_procs(life.pid)}
     assert len(pids) >= 3
     body = {
@@ -276,4 +287,4 @@ def test_sigterm_during_a_long_request_ends_within_the_grace_period(
     print(f"\nSIGTERM during a long request: exit in {took:.1f} s, engine gone +{gone} s")
     assert took <= GRACE_S + 1.0
     assert gone is not None, "engine processes outlived the server by 30 s"
-    assert port_free(engine_port)
+    assert port_free(life.engine_port)
