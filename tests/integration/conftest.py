@@ -22,9 +22,9 @@ from tests.ports import free_port
 
 API_KEY = "test-key-123"
 # The tests' servers keep 1 GiB of KV cache (43k tokens; no test needs more) instead of the
-# default RAM/6 (3 GiB on 24 GiB): the lifecycle tests run a second engine beside the session's,
-# and a fresh VM backs each page on first touch at ~90 MB/s (6 GiB took 69 s the first time,
-# 5.5 s the second), so every GiB not allocated is ~12 s off an engine start.
+# default RAM/6 (3 GiB on 24 GiB): these VMs back fresh memory on first touch at ~90 MB/s
+# (a 4 GiB numpy array took 44-48 s), so every GiB not allocated is ~11 s off an engine start,
+# and the kill -9 test's engine starts beside the session's.
 SMALL_KV = {"LOOPSTACK_CPU_KV_CACHE_GIB": "1"}
 # The lifecycle tests end the session's server (marked `ends_server`, run after everything
 # else): they kill its engine, which must first restart too slowly once, then SIGTERM it.
