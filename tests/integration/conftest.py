@@ -21,6 +21,7 @@ from openai import OpenAI
 from tests.ports import free_port
 
 API_KEY = "test-key-123"
+START_TIMEOUT_S = float(os.environ.get("LOOPSTACK_TEST_START_TIMEOUT", "1200"))
 # The tests' servers keep 1 GiB of KV cache (43k tokens; no test needs more) instead of the
 # default RAM/6 (3 GiB on 24 GiB): these VMs back fresh memory on first touch at ~90 MB/s
 # (a 4 GiB numpy array took 44-48 s), so every GiB not allocated is ~11 s off an engine start,
@@ -39,9 +40,6 @@ LIFECYCLE = {
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that end the session's server run last (a stable sort keeps their order)."""
     items.sort(key=lambda item: item.get_closest_marker("ends_server") is not None)
-
-
-START_TIMEOUT_S = float(os.environ.get("LOOPSTACK_TEST_START_TIMEOUT", "1200"))
 
 
 @dataclass

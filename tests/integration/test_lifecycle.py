@@ -16,6 +16,7 @@ import contextlib
 import http.server
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -28,12 +29,14 @@ import openai
 import psutil
 import pytest
 
+from serving.engine_process import port_is_free
 from tests.integration.conftest import (
     API_KEY,
     GRACE_S,
     LIFECYCLE,
     RESTART_TIMEOUT_S,
     SMALL_KV,
+    START_TIMEOUT_S,
     Server,
     free_port,
     start_server,
@@ -42,7 +45,6 @@ from tests.integration.conftest import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-START_TIMEOUT_S = float(os.environ.get("LOOPSTACK_TEST_START_TIMEOUT", "1200"))
 
 
 def engine_tree(server_pid: int) -> list[psutil.Process]:
@@ -85,12 +87,6 @@ def seconds_until_gone(pids: set[int], timeout: float) -> float | None:
             return time.monotonic() - started
         time.sleep(0.1)
     return None
-
-
-def port_free(port: int) -> bool:
-    from serving.engine_process import port_is_free
-
-    return port_is_free(port)
 
 
 def test_a_taken_engine_port_is_refused_and_the_stranger_never_used(tmp_path: Path) -> None:
@@ -153,13 +149,13 @@ def test_kill_9_of_the_server_leaves_no_engine_behind(tmp_path: Path) -> None:
             proc.kill()
     print(f"\nkill -9: {len(pids)} engine processes gone in {took} s")
     assert took is not None, "engine processes outlived the server by 10 s"
-    assert port_free(engine_port)
+    assert port_is_free(engine_port)
 
 
 @dataclass
 class Life:
     base: str
-    proc: object
+    proc: subprocess.Popen[bytes]
     pid: int
     log: Path
     model: str
@@ -235,7 +231,7 @@ def test_engine_killed_mid_stream_and_a_slow_restart_recover_by_themselves(life:
                 assert q.headers.get("retry-after"), q.headers
                 saw_request_503 = True
         assert time.monotonic() < deadline, life.log.read_text()[-3000:]
-        assert life.proc.poll() is None  # type: ignore[attr-defined]
+        assert life.proc.poll() is None
         time.sleep(1)
     recovered = time.monotonic() - killed
     log = life.log.read_text()
@@ -278,7 +274,7 @@ def test_sigterm_during_a_long_request_ends_within_the_grace_period(life: Life) 
         time.sleep(0.1)
     started = time.monotonic()
     os.kill(life.pid, signal.SIGTERM)
-    life.proc.wait(GRACE_S + 30)  # type: ignore[attr-defined]
+    life.proc.wait(GRACE_S + 30)
     took = time.monotonic() - started
     # Every engine process has had SIGKILL by now, but the kernel may need a while to tear
     # down vLLM's multi-GB worker on a loaded machine (measured: 4 s at load 15, more under
@@ -287,4 +283,4 @@ def test_sigterm_during_a_long_request_ends_within_the_grace_period(life: Life) 
     print(f"\nSIGTERM during a long request: exit in {took:.1f} s, engine gone +{gone} s")
     assert took <= GRACE_S + 1.0
     assert gone is not None, "engine processes outlived the server by 30 s"
-    assert port_free(life.engine_port)
+    assert port_is_free(life.engine_port)
