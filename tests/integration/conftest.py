@@ -1,6 +1,10 @@
 """One real server for the whole integration session: `loopstack serve` on the offline Qwen
 (or LOOPSTACK_MODEL), started as a user would (but for a smaller KV cache, see SMALL_KV),
-talked to with the official `openai` client."""
+talked to with the official `openai` client.
+
+The server is launched as soon as collection ends, and the unit tests run first, while it
+prepares the model and starts its engine (on a fresh machine: ~75 s of conversion and a cold
+engine start, ~3.5 min together); the `server` fixture then only waits for it to be healthy."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,8 +43,54 @@ LIFECYCLE = {
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that end the session's server run last (a stable sort keeps their order)."""
-    items.sort(key=lambda item: item.get_closest_marker("ends_server") is not None)
+    """Unit tests first (the server starts meanwhile), then the integration tests, and the
+    tests that end the session's server last; the sort is stable, so each group keeps its
+    order."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("ends_server") is not None,
+            Path(__file__).parent in item.path.parents,
+        )
+    )
+
+
+@dataclass
+class _Launch:
+    proc: subprocess.Popen[bytes]
+    base_url: str
+    engine_url: str
+    log: Path
+
+
+_early: list[_Launch] = []  # the session's server, launched when collection ends
+
+
+def _launch() -> _Launch:
+    port, engine_port = free_port(), free_port()
+    log = Path(tempfile.mkdtemp(prefix="loopstack-test-server-")) / "server.log"
+    env = {
+        "LOOPSTACK_API_KEY": API_KEY,
+        "LOOPSTACK_ENGINE_PORT": str(engine_port),
+        **SMALL_KV,
+        **LIFECYCLE,
+    }
+    proc = start_server(log, env, port)
+    return _Launch(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{engine_port}", log)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Launch the session's server now when a selected test needs it, so that it starts
+    while the unit tests run."""
+    if session.config.option.collectonly or os.environ.get("LOOPSTACK_TEST_BASE_URL"):
+        return
+    if any("server" in getattr(item, "fixturenames", ()) for item in session.items):
+        _early.append(_launch())
+
+
+def pytest_sessionfinish() -> None:
+    """Stop an early-launched server that no test came to use (a run cut short by -x or ^C)."""
+    while _early:
+        stop(_early.pop().proc)
 
 
 @dataclass
@@ -101,24 +152,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         log.write_text("")
         yield Server(reuse, engine, models.json()["data"][0]["id"], None, log)  # type: ignore[arg-type]
         return
-    port, engine_port = free_port(), free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    env = {
-        "LOOPSTACK_API_KEY": API_KEY,
-        "LOOPSTACK_ENGINE_PORT": str(engine_port),
-        **SMALL_KV,
-        **LIFECYCLE,
-    }
-    proc = start_server(log, env, port)
-    base = f"http://127.0.0.1:{port}"
+    launch = _early[0] if _early else _launch()
+    proc, base = launch.proc, launch.base_url
     try:
-        wait_healthy(base, proc, log, START_TIMEOUT_S)
+        wait_healthy(base, proc, launch.log, START_TIMEOUT_S)
         models = httpx.get(
             base + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}
         ).json()
-        yield Server(base, f"http://127.0.0.1:{engine_port}", models["data"][0]["id"], proc, log)
+        yield Server(base, launch.engine_url, models["data"][0]["id"], proc, launch.log)
     finally:
         stop(proc)
+        if launch in _early:
+            _early.remove(launch)
 
 
 @pytest.fixture(scope="session")
