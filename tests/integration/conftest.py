@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,10 +88,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _early.append(_launch())
 
 
-def pytest_sessionfinish() -> None:
+def _end(launch: _Launch, *, keep_log: bool) -> None:
+    stop(launch.proc)
+    if launch in _early:
+        _early.remove(launch)
+    if not keep_log:  # a failed session keeps the server's log for reading
+        shutil.rmtree(launch.log.parent, ignore_errors=True)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop an early-launched server that no test came to use (a run cut short by -x or ^C)."""
     while _early:
-        stop(_early.pop().proc)
+        _end(_early[0], keep_log=session.testsfailed > 0)
 
 
 @dataclass
@@ -143,7 +152,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
     reuse = os.environ.get("LOOPSTACK_TEST_BASE_URL")  # dev loop: a server you already run
     if reuse:
         models = httpx.get(reuse + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
@@ -161,9 +172,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         ).json()
         yield Server(base, launch.engine_url, models["data"][0]["id"], proc, launch.log)
     finally:
-        stop(proc)
-        if launch in _early:
-            _early.remove(launch)
+        _end(launch, keep_log=request.session.testsfailed > 0)
 
 
 @pytest.fixture(scope="session")

@@ -267,7 +267,7 @@ def test_kill_9_of_the_server_takes_the_engine_group_with_it(tmp_path: Path) -> 
         server.wait()
         took = all_gone(pids, 10)
         assert took is not None, "engine processes outlived the server"
-        assert took < 3.0
+        assert took < 5.0  # slack: the unit tests share 2 cores with the starting test server
     finally:
         if server.poll() is None:
             server.kill()
@@ -323,7 +323,8 @@ def test_sigterm_ends_a_server_whose_event_loop_is_stuck(tmp_path: Path) -> None
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
         took = time.monotonic() - started
-        assert 1.5 < took < 2.0 + 1.0, took  # the deadline, not a graceful exit, ended it
+        # the deadline (2 s), not a graceful exit, ended it; slack for a loaded machine
+        assert 1.5 < took < 2.0 + 2.5, took
         assert marker.read_text() == "engine killed" and proc.returncode == 1
     finally:
         if proc.poll() is None:
@@ -463,7 +464,7 @@ def test_sigterm_with_a_streaming_request_stops_server_and_engine_in_grace(
         proc.wait(grace + 5)
         took = time.monotonic() - started
         gone = all_gone(pids, 1.0)
-        assert took <= grace + 0.5, took
+        assert took <= grace + 2.0, took  # the stream would last 30 s
         assert gone is not None, "engine processes outlived the server"
         assert port_is_free(eport)
     finally:
