@@ -40,16 +40,22 @@ endif
 serve: install
 	$(BIN)/loopstack serve
 
+LINT := $(BIN)/ruff check $(PY_DIRS) && $(BIN)/ruff format --check $(PY_DIRS) && $(BIN)/mypy $(PKGS)
 lint: install
-	$(BIN)/ruff check $(PY_DIRS)
-	$(BIN)/ruff format --check $(PY_DIRS)
-	$(BIN)/mypy $(PKGS)
+	$(LINT)
 
 format: install
 	$(BIN)/ruff format $(PY_DIRS)
 	$(BIN)/ruff check --fix $(PY_DIRS)
 
-test: install lint
+# The model's one-time preparation (on a fresh machine: GGUF -> HF folder, ~75 s) runs while
+# lint does; the integration tests' server then finds it ready. A failed preparation is shown
+# and left to the tests to report.
+test: install
+	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
+	  prep=$$!; $(LINT); lint=$$?; \
+	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
+	  exit $$lint
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS)
 
 test-unit: install
