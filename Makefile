@@ -48,15 +48,16 @@ format: install
 	$(BIN)/ruff format $(PY_DIRS)
 	$(BIN)/ruff check --fix $(PY_DIRS)
 
-# The model's one-time preparation (on a fresh machine: GGUF -> HF folder, ~75 s) runs while
-# lint does; the integration tests' server then finds it ready. A failed preparation is shown
-# and left to the tests to report.
+# The model's one-time preparation (on a fresh machine: GGUF -> HF folder, ~75 s) starts first
+# and runs beside lint and the unit tests; the integration tests' server waits for it (a file
+# lock) and then finds it ready. A failed preparation is shown; the tests report it too.
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
-	  prep=$$!; $(LINT); lint=$$?; \
+	  prep=$$!; \
+	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
+	  rc=$$?; \
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
-	  exit $$lint
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS)
+	  exit $$rc
 
 test-unit: install
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/unit $(PYTEST_ARGS)
