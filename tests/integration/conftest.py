@@ -2,9 +2,9 @@
 (or LOOPSTACK_MODEL), started as a user would (but for a smaller KV cache, see SMALL_KV),
 talked to with the official `openai` client.
 
-The server is launched as soon as collection ends, and the unit tests run first, while it
-prepares the model and starts its engine (on a fresh machine: ~75 s of conversion and a cold
-engine start, ~3.5 min together); the `server` fixture then only waits for it to be healthy."""
+The server is launched as soon as collection ends, and the unit tests run first while it
+starts its engine (on a fresh machine ~2 min cold, after the model's one-time conversion, which
+`make test` starts before lint); the `server` fixture then only waits for it to be healthy."""
 
 from __future__ import annotations
 

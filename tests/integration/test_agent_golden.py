@@ -6,7 +6,7 @@ The small CPU model's success on these tasks is sampled, not guaranteed, so the 
 reported (printed, and written to ``bench/results/golden-fast.md``) rather than gated here;
 `make eval` measures it over the whole set. The three tasks run concurrently: on two cores
 each then takes ~100 s instead of ~40 s (their prompts are prefilled in one batch), far inside
-its 300 s wall clock, and the three together take ~105 s instead of 118-136 s one by one."""
+its 300 s wall clock, and the three together take 95-105 s instead of 118-136 s one by one."""
 
 from __future__ import annotations
 
