@@ -56,17 +56,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @dataclass
-class _Launch:
+class Launch:
+    """A `loopstack serve` started with the tests' settings (not yet healthy)."""
+
     proc: subprocess.Popen[bytes]
     base_url: str
     engine_url: str
     log: Path
 
 
-_early: list[_Launch] = []  # the session's server, launched when collection ends
+_early: list[Launch] = []  # the session's server, launched when collection ends
 
 
-def _launch() -> _Launch:
+def launch_server() -> Launch:
     port, engine_port = free_port(), free_port()
     log = Path(tempfile.mkdtemp(prefix="loopstack-test-server-")) / "server.log"
     env = {
@@ -76,7 +78,7 @@ def _launch() -> _Launch:
         **LIFECYCLE,
     }
     proc = start_server(log, env, port)
-    return _Launch(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{engine_port}", log)
+    return Launch(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{engine_port}", log)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -85,10 +87,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly or os.environ.get("LOOPSTACK_TEST_BASE_URL"):
         return
     if any("server" in getattr(item, "fixturenames", ()) for item in session.items):
-        _early.append(_launch())
+        _early.append(launch_server())
 
 
-def _end(launch: _Launch, *, keep_log: bool) -> None:
+def _end(launch: Launch, *, keep_log: bool) -> None:
     stop(launch.proc)
     if launch in _early:
         _early.remove(launch)
@@ -163,7 +165,7 @@ def server(
         log.write_text("")
         yield Server(reuse, engine, models.json()["data"][0]["id"], None, log)  # type: ignore[arg-type]
         return
-    launch = _early[0] if _early else _launch()
+    launch = _early[0] if _early else launch_server()
     proc, base = launch.proc, launch.base_url
     try:
         wait_healthy(base, proc, launch.log, START_TIMEOUT_S)

@@ -33,12 +33,12 @@ from serving.engine_process import port_is_free
 from tests.integration.conftest import (
     API_KEY,
     GRACE_S,
-    LIFECYCLE,
     RESTART_TIMEOUT_S,
     SMALL_KV,
     START_TIMEOUT_S,
     Server,
     free_port,
+    launch_server,
     start_server,
     wait_healthy,
 )
@@ -163,7 +163,7 @@ class Life:
 
 
 @pytest.fixture(scope="module")
-def life(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Life]:
+def life(server: Server) -> Iterator[Life]:
     """The session's server if the tests started it (the tests using this end it), else one
     of our own: a reused server is never killed."""
     if server.proc is not None:
@@ -173,17 +173,11 @@ def life(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
             server.base_url, server.proc, server.proc.pid, server.log, server.model, engine_port
         )
         return
-    port, engine_port = free_port(), free_port()
-    log = tmp_path_factory.mktemp("life") / "server.log"
-    env = {
-        "LOOPSTACK_API_KEY": API_KEY,
-        "LOOPSTACK_ENGINE_PORT": str(engine_port),
-        **SMALL_KV,
-        **LIFECYCLE,
-    }
     started = time.monotonic()
-    proc = start_server(log, env, port)
-    base = f"http://127.0.0.1:{port}"
+    own = launch_server()
+    base, proc, log = own.base_url, own.proc, own.log
+    engine_port = urlsplit(own.engine_url).port
+    assert engine_port is not None
     try:
         wait_healthy(base, proc, log, START_TIMEOUT_S)
         print(f"\nserver healthy in {time.monotonic() - started:.0f} s")
