@@ -36,9 +36,9 @@ ifeq ($(ENGINE),cpu)
 	-$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
 endif
 	# pip byte-compiles file by file in one process (--no-compile above); this compiles the same
-	# files on every core (a fresh install: ~185 s instead of ~240 s). A file that fails to
-	# compile (as under pip) is skipped.
-	-$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib
+	# files on every core (a fresh install: ~185 s instead of ~240 s). A file that does not
+	# compile is skipped, as pip skips it (torch ships one with Python 3.12 syntax).
+	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || echo "compileall: some files skipped"
 	touch $@
 
 serve: install
