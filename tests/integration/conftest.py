@@ -90,18 +90,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _early.append(launch_server())
 
 
-def _end(launch: Launch, *, keep_log: bool) -> None:
+def end_server(launch: Launch, *, keep_log: bool) -> None:
+    """Stop a launched server (its whole process group) and remove its log directory, which
+    a failed session keeps for reading."""
     stop(launch.proc)
     if launch in _early:
         _early.remove(launch)
-    if not keep_log:  # a failed session keeps the server's log for reading
+    if not keep_log:
         shutil.rmtree(launch.log.parent, ignore_errors=True)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop an early-launched server that no test came to use (a run cut short by -x or ^C)."""
     while _early:
-        _end(_early[0], keep_log=session.testsfailed > 0)
+        end_server(_early[0], keep_log=session.testsfailed > 0)
 
 
 @dataclass
@@ -174,7 +176,7 @@ def server(
         ).json()
         yield Server(base, launch.engine_url, models["data"][0]["id"], proc, launch.log)
     finally:
-        _end(launch, keep_log=request.session.testsfailed > 0)
+        end_server(launch, keep_log=request.session.testsfailed > 0)
 
 
 @pytest.fixture(scope="session")

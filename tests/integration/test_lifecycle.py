@@ -37,6 +37,7 @@ from tests.integration.conftest import (
     SMALL_KV,
     START_TIMEOUT_S,
     Server,
+    end_server,
     free_port,
     launch_server,
     start_server,
@@ -163,7 +164,7 @@ class Life:
 
 
 @pytest.fixture(scope="module")
-def life(server: Server) -> Iterator[Life]:
+def life(server: Server, request: pytest.FixtureRequest) -> Iterator[Life]:
     """The session's server if the tests started it (the tests using this end it), else one
     of our own: a reused server is never killed."""
     if server.proc is not None:
@@ -184,9 +185,7 @@ def life(server: Server) -> Iterator[Life]:
         model = httpx.get(base + "/v1/models", headers=AUTH).json()["data"][0]["id"]
         yield Life(base, proc, proc.pid, log, model, engine_port)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        end_server(own, keep_log=request.session.testsfailed > 0)
 
 
 @pytest.mark.ends_server
