@@ -199,14 +199,7 @@ def run(
                 result.fold(step)
                 if not as_json:
                     _echo_step(step)
-            result.tokens = {
-                "prompt": state.usage.prompt_tokens,
-                "completion": state.usage.completion_tokens,
-                "total": state.usage.total,
-            }
-            result.trace_path = str(agent.last_trace_path or "")
-            result.elapsed_s = state.elapsed()
-            return result
+            return result.close(state, str(agent.last_trace_path or ""))
 
     try:
         result = asyncio.run(go())

@@ -29,6 +29,7 @@ import openai
 from openai import AsyncOpenAI
 
 from agent import answer as final_answer
+from agent import plan as plans
 from agent.context import (
     TokenCounter,
     build_messages,
@@ -38,6 +39,7 @@ from agent.context import (
     render_messages,
     tool_facts_of,
 )
+from agent.cost import cached_tokens_of
 from agent.exceptions import (
     AgentError,
     ModelError,
@@ -50,6 +52,7 @@ from agent.guard import ApprovalRequest, Approver, ask, call_signature, suspicio
 from agent.protocols import MemoryLink, ToolResult
 from agent.settings import Limits
 from agent.state import (
+    CURRENT_TURN,
     STATUS_OF,
     AgentState,
     CompactionStep,
@@ -62,8 +65,11 @@ from agent.state import (
     RunResult,
     Step,
     ToolStep,
+    Turn,
 )
 from agent.tools import ToolRegistry
+from agent.tools import loads_arguments as _loads
+from agent.tools import result_summary as _summary
 from agent.trace import Tracer
 
 __all__ = ["UNTRUSTED_NOTE", "Agent"]
@@ -92,6 +98,11 @@ class Agent:
         otel_endpoint: str | None = None,
         on_text: Callable[[str], None] | None = None,
         tool_nudge: bool = True,
+        plan: plans.PlanMode = "never",
+        instructions: str = "",
+        depth: int = 0,
+        ancestors: tuple[str, ...] = (),
+        trace_parent: tuple[str, str] | None = None,
     ) -> None:
         self.client = client
         self.model = model
@@ -110,7 +121,13 @@ class Agent:
         # a text reply before any tool call (and without a memory block to answer from) is
         # asked once more with tool_choice="required": small models guess instead of looking
         self.tool_nudge = tool_nudge
+        self.plan = plan  # auto | always | never (agent.plan)
+        self.instructions = instructions  # added to the system prompt (a worker's role)
+        # teams (agent.team): how deep this agent runs, who is above it, and the parent's
+        # (run id, step trace id) its trace lines point at
+        self.depth, self.ancestors, self.trace_parent = depth, ancestors, trace_parent
         self._approval_lock = asyncio.Lock()
+        self._states: dict[str, AgentState] = {}  # runs in flight (cached-token counting)
         self.last_trace_path: Path | None = None
 
     # --- the loop ------------------------------------------------------------------------
@@ -121,26 +138,23 @@ class Agent:
         result = RunResult(run_id=state.run_id)
         async for step in self.steps(goal, state=state):
             result.fold(step)
-        result.tokens = {
-            "prompt": state.usage.prompt_tokens,
-            "completion": state.usage.completion_tokens,
-            "total": state.usage.total,
-        }
-        result.trace_path = str(self.last_trace_path or "")
-        result.elapsed_s = state.elapsed()
-        return result
+        return result.close(state, str(self.last_trace_path or ""))
 
     async def steps(self, goal: str, *, state: AgentState | None = None) -> AsyncIterator[Step]:
         """Yield every step of one run (or of one more chat turn, when ``state`` is reused)."""
         state = self._begin(goal, state)
-        tracer = Tracer(state.run_id, self.trace_dir, otel_endpoint=self.otel_endpoint)
+        tracer = Tracer(
+            state.run_id, self.trace_dir, otel_endpoint=self.otel_endpoint, parent=self.trace_parent
+        )
         self.last_trace_path = tracer.path
+        self._states[state.run_id] = state
         try:
             async for step in self._loop(state):
                 tracer.record(step)
                 yield step
         finally:
             tracer.close()
+            self._states.pop(state.run_id, None)
 
     def _begin(self, goal: str, state: AgentState | None) -> AgentState:
         if state is None:
@@ -164,6 +178,8 @@ class Agent:
                 logger.warning("memory recall failed: %s", exc)
         seen: dict[str, Observation] = {o_sig(o): o for o in state.observations}
         counted_upto, idle, nudged, repeats = 0, 0, False, 0
+        if state.plan is None and (made := await plans.make(self, state, self.plan)) is not None:
+            yield made
         while True:
             limit = self._limit(state)
             if limit is not None:
@@ -204,7 +220,7 @@ class Agent:
                     break
                 repeats += 1  # once: not run, answered with a hint to use it or move on
             state.messages.append(message)
-            progress = False
+            progress, ran = False, []
             for tool_step, obs in await self._execute(state, calls, seen):
                 if obs is not None:
                     is_new = obs.status == "ok" and all(
@@ -213,8 +229,16 @@ class Agent:
                     progress |= is_new
                     state.observations.append(obs)
                     seen[o_sig(obs)] = obs
+                ran.append(tool_step)
                 yield tool_step
             idle = 0 if progress else idle + 1
+            failed = plans.advance(state, ran)
+            if failed is None and idle >= self.limits.no_progress_steps:
+                failed = plans.fail_current(state, f"no new result in {idle} steps")
+            if failed is not None and plans.can_replan(state, self.limits):
+                if (replanned := await plans.replan(self, state, failed)) is not None:
+                    idle = 0
+                    yield replanned
             if idle >= self.limits.no_progress_steps:
                 detail = f"{idle} steps without a new successful tool result"
                 yield LimitStep(state.step, self._tid(state), "no_progress", detail)
@@ -227,10 +251,11 @@ class Agent:
         lim = self.limits
         if state.step >= lim.max_steps:
             return "max_steps", f"{state.step} model steps (max_steps={lim.max_steps})"
-        if state.tool_calls >= lim.max_tool_calls and state.step > 0:
-            return "max_tool_calls", f"{state.tool_calls} tool calls (max {lim.max_tool_calls})"
-        if state.usage.total >= lim.max_tokens:
-            return "tokens", f"{state.usage.total} tokens used (budget {lim.max_tokens})"
+        calls = state.tool_calls + state.charged.tool_calls  # workers' calls count too
+        if calls >= lim.max_tool_calls and state.step > 0:
+            return "max_tool_calls", f"{calls} tool calls (max {lim.max_tool_calls})"
+        if (spent := state.spent_tokens()) >= lim.max_tokens:
+            return "tokens", f"{spent} tokens used (budget {lim.max_tokens})"
         if state.elapsed() >= lim.wall_clock_s:
             return "wall_clock", f"{state.elapsed():.1f} s elapsed (limit {lim.wall_clock_s:g} s)"
         return None
@@ -265,7 +290,7 @@ class Agent:
         t0 = time.perf_counter()
         resp = await self._chat(
             tid,
-            messages=build_messages(state),
+            messages=self._messages(state),
             max_tokens=self.limits.step_max_tokens,
             deadline=self._remaining(state, floor=0.5),
             **kw,
@@ -297,6 +322,15 @@ class Agent:
         )
         return step, message
 
+    def _messages(self, state: AgentState) -> list[dict[str, Any]]:
+        """The step's messages: the context's, with the instructions and the plan added to
+        the system prompt."""
+        messages = build_messages(state)
+        extra = [x for x in (self.instructions, plans.prompt_block(state)) if x]
+        if extra:
+            messages[0] = {**messages[0], "content": "\n\n".join([messages[0]["content"], *extra])}
+        return messages
+
     async def _chat(self, trace_id: str, *, deadline: float | None = None, **kw: Any) -> Any:
         """One request; ``x-request-id`` joins the server's log lines to the trace and
         ``x-session-id`` (the run id) keeps a run on the replica holding its prefix cache.
@@ -315,11 +349,15 @@ class Agent:
             **kw,
         )
         try:
-            return await asyncio.wait_for(request, deadline)
+            resp = await asyncio.wait_for(request, deadline)
         except TimeoutError as exc:
             raise ModelError(f"no reply within the run's remaining {deadline:.1f} s") from exc
         except openai.APIError as exc:
             raise _model_error(exc) from exc
+        state = self._states.get(trace_id.split(".")[0])
+        if state is not None and not kw.get("stream"):  # every request of the run, counted once
+            state.usage.cached_prompt_tokens += cached_tokens_of(getattr(resp, "usage", None))
+        return resp
 
     def _count_usage(self, state: AgentState, resp: Any) -> tuple[int, int]:
         usage = getattr(resp, "usage", None)
@@ -335,7 +373,9 @@ class Agent:
     ) -> list[tuple[ToolStep, Observation | None]]:
         """Run the calls of one assistant message concurrently; append their tool replies
         in call order (every tool_call_id gets exactly one reply)."""
-        budget = self.limits.max_tool_calls - state.tool_calls
+        budget = self.limits.max_tool_calls - state.tool_calls - state.charged.tool_calls
+        # workers called in this turn see who called them (budgets, depth, fan-out)
+        token = CURRENT_TURN.set(Turn(self, state, len(calls), self.depth, self.ancestors))
         jobs = []
         for i, call in enumerate(calls):
             sig = call_sig(call)
@@ -348,7 +388,10 @@ class Agent:
                 budget -= 1
                 state.tool_calls += 1
                 jobs.append(self._call(state, call, i))
-        results = await asyncio.gather(*jobs)
+        try:
+            results = await asyncio.gather(*jobs)
+        finally:
+            CURRENT_TURN.reset(token)
         for (_, obs, content), call in zip(results, calls, strict=True):
             state.messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
             if obs is not None:
@@ -508,6 +551,7 @@ class Agent:
                 answer = text.strip() or final_answer.from_observations(state, reason, exc.message)
         if reason == "answer" and not answer:
             answer = text.strip()
+        plans.close(state)
         state.status, state.reason, state.answer = status, reason, answer
         state.messages.append({"role": "assistant", "content": answer})
         return FinalStep(
@@ -536,32 +580,12 @@ class Agent:
 # --- helpers -----------------------------------------------------------------------------
 
 
-def _loads(arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        return {"_raw": arguments}
-    return value if isinstance(value, dict) else {"_value": value}
-
-
 def call_sig(call: dict[str, Any]) -> str:
     return call_signature(call["function"]["name"], _loads(call["function"]["arguments"]))
 
 
 def o_sig(obs: Observation) -> str:
     return call_signature(obs.name, obs.arguments)
-
-
-def _summary(result: ToolResult) -> str:
-    if result.status == "error":
-        err = result.error or {}
-        return f"{err.get('type', 'error')}: {err.get('message', '')}"[:200]
-    data = result.data
-    if isinstance(data, dict) and "summary" in data:
-        return str(data["summary"])
-    if isinstance(data, list):
-        return f"{len(data)} items"
-    return json.dumps(data, ensure_ascii=False, default=str)[:200]
 
 
 def _model_error(exc: openai.APIError) -> AgentError:

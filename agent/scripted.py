@@ -5,7 +5,9 @@
 real ``openai`` client code runs against it. Each chat request without
 ``response_format`` consumes the next scripted reply (a `Reply`, or a function of the
 request body returning one); requests with ``response_format`` (the final-answer step)
-get ``{"answer": ...}``. Every request body and its headers are kept for assertions.
+get ``{"answer": ...}``, plan and re-plan requests (agent.plan) the next of ``plans``
+(``{"multi_step": ..., "steps": [{"goal": ...}]}``). Every request body and its headers
+are kept for assertions.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Reply:
     prompt_tokens: int = 100
     completion_tokens: int = 10
     status: int = 200
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
 
 
 def call(name: str, **arguments: Any) -> Reply:
@@ -57,6 +60,8 @@ class ScriptedModel:
     model_ids: Sequence[str] = ("all-MiniLM-L6-v2", "scripted-model")
     summary: str = "scripted summary"  # reply to compaction requests
     repeat_last: bool = True  # after the script ends, keep replaying its last entry
+    plans: Sequence[dict[str, Any]] = ()  # replies to plan / re-plan requests, in order
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens of replies
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     _i: int = 0
@@ -68,6 +73,11 @@ class ScriptedModel:
         body = json.loads(request.content)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        fmt = (body.get("response_format") or {}).get("json_schema", {}).get("name")
+        if fmt in ("plan", "replan"):
+            n = sum(1 for r in self.requests if _format_name(r) in ("plan", "replan")) - 1
+            plan = self.plans[min(n, len(self.plans) - 1)] if self.plans else {"steps": []}
+            return self._response(body, Reply(content=json.dumps(plan)))
         if body.get("response_format"):
             ans = self.answer(body) if callable(self.answer) else self.answer
             return self._response(body, Reply(content=json.dumps({"answer": ans})))
@@ -89,6 +99,7 @@ class ScriptedModel:
             r
             for r in self.requests
             if not r.get("response_format")
+            and not r.get("messages", [{}])[0].get("content", "").startswith("You plan")
             and not str(r["messages"][0].get("content") or "").startswith("Summarize")
         ]
 
@@ -106,11 +117,14 @@ class ScriptedModel:
                 }
                 for n, a in reply.tool_calls
             ]
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens,
             "total_tokens": reply.prompt_tokens + reply.completion_tokens,
         }
+        cached = reply.cached_tokens if reply.cached_tokens is not None else self.cached_tokens
+        if cached is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         if body.get("stream"):
             return self._stream(message, usage)
         return httpx.Response(
@@ -131,7 +145,7 @@ class ScriptedModel:
             },
         )
 
-    def _stream(self, message: dict[str, Any], usage: dict[str, int]) -> httpx.Response:
+    def _stream(self, message: dict[str, Any], usage: dict[str, Any]) -> httpx.Response:
         content = message.get("content") or ""
         pieces = [content[i : i + 7] for i in range(0, len(content), 7)]
         chunks = []
@@ -157,3 +171,7 @@ class ScriptedModel:
         return AsyncOpenAI(
             base_url="http://scripted/v1", api_key="k", http_client=http, max_retries=0, **kw
         )
+
+
+def _format_name(body: dict[str, Any]) -> str | None:
+    return (body.get("response_format") or {}).get("json_schema", {}).get("name")

@@ -33,6 +33,9 @@ class Limits:
     keep_turns: int = 4  # turns kept verbatim when compacting
     step_max_tokens: int = 512  # max_tokens of each model call
     answer_max_tokens: int = 384  # max_tokens of the final-answer request
+    max_replans: int = 2  # re-plans after failed plan steps (agent.plan)
+    max_depth: int = 2  # levels of workers below the top agent (agent.team)
+    max_fan_out: int = 4  # sub-tasks handed out in one turn (agent.team)
 
 
 class AgentSettings(BaseSettings):
@@ -54,6 +57,12 @@ class AgentSettings(BaseSettings):
     keep_turns: int = Field(default=4, ge=1)
     step_max_tokens: int = Field(default=512, ge=16)
     answer_max_tokens: int = Field(default=384, ge=16)
+    max_replans: int = Field(default=2, ge=0, description="re-plans after failed steps")
+    max_depth: int = Field(default=2, ge=0, description="levels of workers below the top agent")
+    max_fan_out: int = Field(default=4, ge=1, description="sub-tasks handed out per turn")
+    plan: Literal["auto", "always", "never"] = Field(
+        default="never", description="make a plan before the first step (agent.plan)"
+    )
     text_answers: Literal["force", "accept"] = Field(
         default="force",
         description="force: a text reply triggers the JSON final-answer request; accept: "

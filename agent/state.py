@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from agent.cost import Cost
 
 Status = Literal["done", "max_steps", "budget", "error"]
 Reason = Literal[
@@ -50,16 +53,47 @@ class Usage:
     completion_tokens: int = 0
     calls: int = 0
     last_prompt_tokens: int = 0  # prompt size of the latest model call (context counting)
+    cached_prompt_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens, summed
 
     @property
     def total(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def add(self, prompt: int, completion: int) -> None:
+    def add(self, prompt: int, completion: int, cached: int = 0) -> None:
         self.prompt_tokens += prompt
         self.completion_tokens += completion
+        self.cached_prompt_tokens += cached
         self.last_prompt_tokens = prompt
         self.calls += 1
+
+
+PlanStatus = Literal["pending", "running", "done", "failed", "skipped"]
+
+
+@dataclass(slots=True)
+class PlanItem:
+    """One step of a plan: what to achieve, how far it got, what it found."""
+
+    goal: str
+    status: PlanStatus = "pending"
+    result: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"goal": self.goal, "status": self.status, "result": self.result}
+
+
+@dataclass(slots=True)
+class Plan:
+    """The run's plan (`agent.plan` makes, advances and re-plans it)."""
+
+    items: list[PlanItem] = field(default_factory=list)
+    replans: int = 0
+
+    def current(self) -> PlanItem | None:
+        return next((i for i in self.items if i.status in ("pending", "running")), None)
+
+    def to_json(self) -> list[dict[str, str]]:
+        return [i.to_json() for i in self.items]
 
 
 @dataclass(slots=True)
@@ -81,7 +115,7 @@ class AgentState:
     run_id: str = field(default_factory=new_run_id)
     user_messages: list[str] = field(default_factory=list)  # what the user said (trusted)
     pinned: dict[str, str] = field(default_factory=dict)  # key facts, always in the prompt
-    plan: list[str] = field(default_factory=list)
+    plan: Plan | None = None  # set when planning is on (agent.plan)
     memory_block: str = ""
     summary: str = ""  # compacted older turns
     messages: list[dict[str, Any]] = field(default_factory=list)  # history after the system
@@ -94,6 +128,11 @@ class AgentState:
     status: Status | None = None
     reason: Reason | None = None
     answer: str = ""
+    # teams: workers' records ({name, task, status, answer, steps, cost}), the sub-tasks
+    # already handed out (loop guard) and what the workers spent (charged to this run)
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    delegated: dict[str, str] = field(default_factory=dict)
+    charged: Cost = field(default_factory=Cost)
 
     def __post_init__(self) -> None:
         if not self.user_messages:
@@ -101,6 +140,39 @@ class AgentState:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    def cost(self) -> Cost:
+        """This run's own spending plus what its workers spent."""
+        own = Cost(
+            self.usage.prompt_tokens,
+            self.usage.cached_prompt_tokens,
+            self.usage.completion_tokens,
+            self.usage.calls,
+            self.tool_calls,
+            self.elapsed(),
+        )
+        return own.plus(self.charged)
+
+    def spent_tokens(self) -> int:
+        """Tokens counted against the run's budget: its own and its workers'."""
+        return self.usage.total + self.charged.tokens
+
+
+@dataclass(slots=True)
+class Turn:
+    """The calls of one assistant message, as a tool sees them while it runs: the agent and
+    state that called it (a worker agent charges its parent through these) and how many
+    sub-tasks this turn has handed out so far (the fan-out limit)."""
+
+    agent: Any
+    state: AgentState
+    calls: int
+    depth: int = 0  # 0: the top-level agent; a worker runs at its parent's depth + 1
+    ancestors: tuple[str, ...] = ()  # names of the agents above (no ping-pong)
+    handed_out: int = 0
+
+
+CURRENT_TURN: ContextVar[Turn | None] = ContextVar("loopstack_turn", default=None)
 
 
 # --- steps -------------------------------------------------------------------------------
@@ -171,6 +243,20 @@ class FinalStep:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanStep:
+    """A plan was made (``kind="plan"``) or remade after a failed step (``"replan"``)."""
+
+    step: int
+    trace_id: str
+    kind: Literal["plan", "replan"]
+    items: tuple[dict[str, str], ...]
+    detail: str  # why it was (re)made: the failed step and its error
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorStep:
     """A fatal error (the endpoint failed); a FinalStep with status ``error`` follows."""
 
@@ -180,7 +266,7 @@ class ErrorStep:
     latency_s: float = 0.0
 
 
-Step = ModelStep | ToolStep | CompactionStep | LimitStep | FinalStep | ErrorStep
+Step = ModelStep | ToolStep | CompactionStep | LimitStep | FinalStep | ErrorStep | PlanStep
 
 
 @dataclass(slots=True)
@@ -195,6 +281,23 @@ class RunResult:
     trace_path: str = ""
     elapsed_s: float = 0.0
     history: list[Step] = field(default_factory=list)
+    plan: list[dict[str, str]] | None = None
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    cost: Cost = field(default_factory=Cost)
+
+    def close(self, state: AgentState, trace_path: str = "") -> RunResult:
+        """What only the state knows at the end: tokens, cost, plan, workers."""
+        self.tokens = {
+            "prompt": state.usage.prompt_tokens,
+            "completion": state.usage.completion_tokens,
+            "total": state.usage.total,
+        }
+        self.cost = state.cost()
+        self.plan = state.plan.to_json() if state.plan is not None else None
+        self.workers = list(state.workers)
+        self.trace_path = trace_path
+        self.elapsed_s = state.elapsed()
+        return self
 
     def fold(self, step: Step) -> RunResult:
         """Add one step (the reducer ``run()`` applies to the stream)."""
@@ -220,4 +323,7 @@ class RunResult:
             "trace_path": self.trace_path,
             "run_id": self.run_id,
             "elapsed_s": round(self.elapsed_s, 3),
+            "plan": self.plan,
+            "workers": self.workers,
+            "cost": self.cost.to_json(),
         }

@@ -40,7 +40,15 @@ from agent.exceptions import (
 )
 from agent.protocols import Tool, ToolResult
 
-__all__ = ["FunctionTool", "ToolRegistry", "load_tools_file", "schema_from_function", "tool"]
+__all__ = [
+    "FunctionTool",
+    "ToolRegistry",
+    "load_tools_file",
+    "loads_arguments",
+    "result_summary",
+    "schema_from_function",
+    "tool",
+]
 
 _DANGEROUS_ATTR = "__loopstack_dangerous__"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -419,3 +427,25 @@ class ToolRegistry:
             return ToolResult("error", error=error_body(err))
         data = trim(_jsonable(data), self.max_result_chars, self.max_result_items)
         return ToolResult("ok", data=data)
+
+
+def loads_arguments(arguments: str) -> dict[str, Any]:
+    """A call's arguments as a dict, whatever the model wrote (``_raw`` when not JSON)."""
+    try:
+        value = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return {"_raw": arguments}
+    return value if isinstance(value, dict) else {"_value": value}
+
+
+def result_summary(result: ToolResult) -> str:
+    """One line for traces and plans: the error, the result's ``summary``, or its start."""
+    if result.status == "error":
+        err = result.error or {}
+        return f"{err.get('type', 'error')}: {err.get('message', '')}"[:200]
+    data = result.data
+    if isinstance(data, dict) and "summary" in data:
+        return str(data["summary"])
+    if isinstance(data, list):
+        return f"{len(data)} items"
+    return json.dumps(data, ensure_ascii=False, default=str)[:200]

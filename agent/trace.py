@@ -1,13 +1,17 @@
 """Traces: one JSONL file per run at ``$LOOPSTACK_HOME/traces/<run_id>.jsonl``.
 
 Every line has ``run_id, trace_id, step, type, ts, latency_s``; ``type`` is one of
-``model | tool | compaction | final | limit | error``. Model lines add ``prompt_tokens,
-completion_tokens, decision`` (``tool_calls`` | ``answer``); tool lines add ``name,
-arguments, status, result_summary, result_chars``. A model step's ``trace_id`` is sent as
-``x-request-id``, so the server's log lines for that request carry the same id.
+``model | tool | compaction | final | limit | error | plan``. A worker's lines (agent.team)
+also carry ``parent_run_id`` and ``parent_trace_id``: the run and the tool-call step that
+handed it the sub-task, so runs form a tree (`show_trace` prints it).
+Model lines add ``prompt_tokens, completion_tokens, decision`` (``tool_calls`` |
+``answer``); tool lines add ``name, arguments, status, result_summary, result_chars``.
+A model step's ``trace_id`` is sent as ``x-request-id``, so the server's log lines for
+that request carry the same id.
 
 If ``opentelemetry`` is importable and an OTLP endpoint is configured, each line is also
-exported as a span (attributes = the line's fields).
+exported as a span (attributes = the line's fields; ``register_otel_provider`` puts any
+SDK ``TracerProvider`` behind an endpoint name, which is how the tests read spans back).
 """
 
 from __future__ import annotations
@@ -25,11 +29,20 @@ from agent.state import (
     FinalStep,
     LimitStep,
     ModelStep,
+    PlanStep,
     Step,
     ToolStep,
 )
 
-__all__ = ["Tracer", "load_trace", "show_trace", "step_line", "traces_dir"]
+__all__ = [
+    "Tracer",
+    "children_of",
+    "load_trace",
+    "register_otel_provider",
+    "show_trace",
+    "step_line",
+    "traces_dir",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +104,15 @@ def step_line(run_id: str, step: Step) -> dict[str, Any]:
         }
     elif isinstance(step, ErrorStep):
         base |= {"type": "error", "message": step.message[:1000]}
+    elif isinstance(step, PlanStep):
+        base |= {
+            "type": "plan",
+            "kind": step.kind,
+            "items": list(step.items),
+            "detail": step.detail,
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+        }
     return base
 
 
@@ -98,16 +120,24 @@ class Tracer:
     """Appends step lines to the run's file (and to OpenTelemetry when configured)."""
 
     def __init__(
-        self, run_id: str, directory: Path | None = None, *, otel_endpoint: str | None = None
+        self,
+        run_id: str,
+        directory: Path | None = None,
+        *,
+        otel_endpoint: str | None = None,
+        parent: tuple[str, str] | None = None,
     ) -> None:
         self.run_id = run_id
+        self.parent = (
+            {} if parent is None else {"parent_run_id": parent[0], "parent_trace_id": parent[1]}
+        )
         self.path = (directory or traces_dir()) / f"{run_id}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: TextIO | None = self.path.open("a", encoding="utf-8")
         self._otel = _otel_tracer(otel_endpoint)
 
     def record(self, step: Step) -> dict[str, Any]:
-        line = step_line(self.run_id, step)
+        line = step_line(self.run_id, step) | self.parent
         if self._file is not None:
             self._file.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
             self._file.flush()
@@ -155,6 +185,12 @@ def _export_span(tracer: Any, line: dict[str, Any]) -> None:
     span.end(end_time=end)
 
 
+def register_otel_provider(endpoint: str, provider: Any) -> None:
+    """Export to ``provider`` (an SDK ``TracerProvider``) for runs configured with
+    ``otel_endpoint=endpoint``; e.g. one with an ``InMemorySpanExporter``."""
+    _PROVIDERS[endpoint] = provider
+
+
 def flush_otel() -> None:
     for provider in _PROVIDERS.values():
         provider.force_flush()
@@ -198,27 +234,78 @@ def _detail(line: dict[str, Any]) -> str:
     return str(line.get("message", ""))
 
 
-def show_trace(run: str, console: Any = None) -> None:
-    """Print a readable timeline of one run."""
+def children_of(run_id: str, directory: Path | None = None) -> list[list[dict[str, Any]]]:
+    """The traces of the workers a run handed sub-tasks to (their lines name it parent)."""
+    d = directory or traces_dir()
+    out = []
+    for path in sorted(d.glob("*.jsonl")) if d.is_dir() else []:
+        with path.open(encoding="utf-8") as f:
+            first = f.readline()
+        if first.strip() and json.loads(first).get("parent_run_id") == run_id:
+            out.append(load_trace(str(path)))
+    return out
+
+
+def _summary_of(lines: list[dict[str, Any]], children: list[list[dict[str, Any]]]) -> str:
+    """A run node: status, wall time and cost (its own and its workers', recursively)."""
+    final = next((x for x in reversed(lines) if x["type"] == "final"), None)
+    status = f"{final['status']} ({final['reason']})" if final else "unfinished"
+    wall = max(x["ts"] for x in lines) - min(x["ts"] - x["latency_s"] for x in lines)
+    tok = calls = tools = 0
+    for run_lines in [lines, *children]:
+        tok += sum(x.get("prompt_tokens", 0) + x.get("completion_tokens", 0) for x in run_lines)
+        calls += sum(1 for x in run_lines if x.get("prompt_tokens", 0) > 0)
+        tools += sum(
+            1 for x in run_lines if x["type"] == "tool" and x.get("error_type") != "repeated_call"
+        )
+    return f"{status}  {wall:.2f} s  {tok} tok  {calls} model calls  {tools} tool calls"
+
+
+def _add_run(node: Any, lines: list[dict[str, Any]], directory: Path | None, depth: int) -> None:
+    from rich.text import Text
+
+    colors = {"model": "cyan", "tool": "green", "final": "bold", "limit": "yellow", "error": "red"}
+    by_parent: dict[str, list[list[dict[str, Any]]]] = {}
+    for kid in children_of(lines[0]["run_id"], directory) if depth < 8 else []:
+        by_parent.setdefault(kid[0].get("parent_trace_id", ""), []).append(kid)
+    for x in lines:
+        kind = x["type"]
+        detail = _plan_detail(x) if kind == "plan" else _detail(x)
+        branch = node.add(
+            Text.assemble(
+                f"{x['trace_id']} ",
+                (kind, colors.get(kind, "")),
+                f" {x['latency_s']:.3f}s  {detail}",
+            )
+        )
+        for child in by_parent.get(x["trace_id"], []):
+            grand = children_of(child[0]["run_id"], directory)
+            sub = branch.add(
+                Text(f"worker run {child[0]['run_id']}: {_summary_of(child, grand)}", "magenta")
+            )
+            _add_run(sub, child, directory, depth + 1)
+
+
+def _plan_detail(line: dict[str, Any]) -> str:
+    items = "; ".join(f"{i['status']}: {i['goal']}" for i in line.get("items", []))
+    why = f" ({line['detail']})" if line.get("detail") else ""
+    return f"{line.get('kind', 'plan')}{why}: {items}"[:400]
+
+
+def show_trace(run: str, console: Any = None, directory: Path | None = None) -> None:
+    """Print a run as a tree: its steps, and under each worker call the worker's run, each
+    node with its status, time and cost."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
+    from rich.tree import Tree
 
     lines = load_trace(run)
     console = console or Console()
-    t0 = lines[0]["ts"] - lines[0]["latency_s"] if lines else 0.0
-    table = Table(title=f"run {lines[0]['run_id'] if lines else run}", show_lines=False)
-    for col in ("start s", "step", "type", "latency", "trace_id", "detail"):
-        table.add_column(col, overflow="fold")
-    colors = {"model": "cyan", "tool": "green", "final": "bold", "limit": "yellow", "error": "red"}
-    for x in lines:
-        table.add_row(
-            f"{x['ts'] - x['latency_s'] - t0:.2f}",
-            str(x["step"]),
-            f"[{colors.get(x['type'], '')}]{x['type']}[/]" if x["type"] in colors else x["type"],
-            f"{x['latency_s']:.3f}s",
-            x["trace_id"],
-            _detail(x),
-        )
-    console.print(table)
-    tok = sum(x.get("prompt_tokens", 0) + x.get("completion_tokens", 0) for x in lines)
-    console.print(f"{len(lines)} steps, {tok} tokens")
+    if not lines:
+        console.print(f"run {run}: empty trace")
+        return
+    run_id = lines[0]["run_id"]
+    kids = children_of(run_id, directory)
+    tree = Tree(Text(f"run {run_id}: {_summary_of(lines, kids)}", "bold"))
+    _add_run(tree, lines, directory, 0)
+    console.print(tree)
