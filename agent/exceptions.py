@@ -10,7 +10,10 @@ Tree::
         ├── ToolNotAllowed        the tool is not mounted or not in the run's allowlist
         ├── ToolDenied            a dangerous or suspicious call was not approved
         ├── ToolTimeout           the tool ran past its timeout and was cancelled
-        └── ToolServerError       an MCP server crashed, hung or answered garbage
+        ├── ToolServerError       an MCP server crashed, hung or answered garbage
+        ├── TeamRefused           a sub-task not handed out: depth, fan-out, loop guard or
+        │                         no budget left (``kind`` says which)
+        └── WorkerFailed          a worker agent ended without an answer
 
 Recoverable errors (every `ToolError`) go back to the model as observations, built by
 `error_body`; the others end the run with status ``error``.
@@ -59,6 +62,18 @@ class ToolTimeout(ToolError):
 
 class ToolServerError(ToolError):
     kind = "server_error"
+
+
+class TeamRefused(ToolError):
+    kind = "team_refused"
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # depth_limit | fan_out_limit | loop_guard | budget
+
+
+class WorkerFailed(ToolError):
+    kind = "worker_failed"
 
 
 def error_body(exc: AgentError) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from agent.guard import ApprovalRequest, Approver, ask, call_signature, suspicio
 from agent.protocols import MemoryLink, ToolResult
 from agent.settings import Limits
 from agent.state import (
+    CURRENT_CALL,
     CURRENT_TURN,
     STATUS_OF,
     AgentState,
@@ -409,7 +410,10 @@ class Agent:
                 raise ToolNotAllowed(f"tool {name!r} is not available in this run")
             args = self.tools.validate(name, call["function"]["arguments"])
             await self._approve(state, name, args)
-            timeout = min(self.limits.tool_timeout_s, self._remaining(state, floor=0.05))
+            CURRENT_CALL.set(self._tid(state, f".{i}"))  # this call's own task: no reset
+            timeout = self._remaining(state, floor=0.05)  # a worker agent: its own clock
+            if not getattr(self.tools.get(name), "is_agent", False):
+                timeout = min(self.limits.tool_timeout_s, timeout)
             result = await self.tools.execute(name, args, timeout_s=timeout)
         except (ToolNotAllowed, ToolArgumentsError, ToolDenied) as exc:
             result = ToolResult("error", error=error_body(exc))

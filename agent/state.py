@@ -173,6 +173,8 @@ class Turn:
 
 
 CURRENT_TURN: ContextVar[Turn | None] = ContextVar("loopstack_turn", default=None)
+# the trace id of the tool call running in this task (a worker's trace points at it)
+CURRENT_CALL: ContextVar[str] = ContextVar("loopstack_call", default="")
 
 
 # --- steps -------------------------------------------------------------------------------
