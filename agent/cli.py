@@ -1,13 +1,16 @@
 """``loopstack agent``: run a goal, chat, and show traces.
 
-    loopstack agent run "GOAL" --tools FILE.py [--mcp "CMD ARGS"]... [--user ID]
-                               [--max-steps N] [--base-url URL] [--json]
+    loopstack agent run "GOAL" [--tools FILE.py] [--plan auto|always|never] [--team team.yaml]
+                               [--mcp "CMD ARGS"]... [--user ID] [--max-steps N]
+                               [--base-url URL] [--json]
     loopstack agent chat --tools FILE.py
     loopstack agent trace show RUN
 
 Endpoint: ``--base-url``, else ``LOOPSTACK_BASE_URL``, else ``OPENAI_BASE_URL``, else
 ``http://127.0.0.1:8000/v1``; key ``LOOPSTACK_API_KEY`` or ``OPENAI_API_KEY``; model: the
-first chat model ``/v1/models`` lists. ``--json`` prints one JSON object as the last line.
+first chat model ``/v1/models`` lists. ``--json`` prints one JSON object as the last line:
+``status, reason, answer, steps, tool_calls, tokens, trace_path, run_id, elapsed_s, plan,
+workers, cost`` (``cost`` summed over the team; see agent.cost).
 """
 
 from __future__ import annotations
@@ -19,18 +22,20 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import typer
 from openai import AsyncOpenAI
 
+from agent.cost import Cost
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
 from agent.loop import Agent
 from agent.mcp import MCPServerSpec, MCPToolServer
 from agent.settings import AgentSettings, resolve_api_key, resolve_base_url
-from agent.state import AgentState, FinalStep, ModelStep, RunResult, ToolStep
+from agent.state import AgentState, FinalStep, ModelStep, PlanStep, RunResult, ToolStep
 from agent.tools import ToolRegistry, load_tools_file
 
 app = typer.Typer(help="Run tool-using agents against an OpenAI-compatible endpoint.")
@@ -38,6 +43,13 @@ trace_app = typer.Typer(help="Inspect run traces ($LOOPSTACK_HOME/traces).")
 app.add_typer(trace_app, name="trace")
 
 logger = logging.getLogger(__name__)
+
+
+class PlanChoice(StrEnum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
 
 _EMBEDDING_HINTS = ("minilm", "embed", "bge-", "e5-", "gte-")
 
@@ -74,6 +86,8 @@ async def build_agent(
     approve_dangerous: bool,
     overrides: dict[str, Any],
     client: AsyncOpenAI | None = None,
+    plan: str | None = None,
+    team: Path | None = None,
 ) -> AsyncIterator[Agent]:
     """Everything a CLI run needs, closed again on exit (MCP servers, memory store)."""
     settings = AgentSettings()
@@ -105,6 +119,23 @@ async def build_agent(
             link = StoreMemory(store, user_id=user)
             if memory_tools:  # recall and write-back happen anyway; the tools are extra choices
                 registry.add_all(link.tools(), group="memory")
+        instructions = ""
+        if team is not None:
+            from agent.team import COORDINATOR_INSTRUCTIONS, load_team, mount_team, worker_tools
+
+            config = load_team(team)
+            memory_for: Any = None
+            if link is not None:
+                from agent.longterm import StoreMemory
+
+                def memory_for(name: str) -> StoreMemory:  # the worker's own scope
+                    return StoreMemory(store, user_id=user, agent_id=name)
+
+            workers = await mount_team(
+                config, team.parent, stack, settings.limits(), memory_for=memory_for
+            )
+            registry.add_all(worker_tools(workers), group="workers")
+            instructions = COORDINATOR_INSTRUCTIONS + "\n" + config.coordinator.instructions
         approver: Approver | None = terminal_approver()
         if approve_dangerous:
             approver = _approve_dangerous(approver)
@@ -119,6 +150,8 @@ async def build_agent(
             text_answers=settings.text_answers,
             tool_nudge=settings.tool_nudge,
             otel_endpoint=settings.otel_endpoint,
+            plan=plan or settings.plan,  # type: ignore[arg-type]
+            instructions=instructions.strip(),
         )
         if settings.tokenizer:
             from agent.context import TokenCounter
@@ -155,6 +188,16 @@ def _setup_logging(verbose: bool) -> None:
 def run(
     goal: str = typer.Argument(..., help="What the agent should do."),
     tools: list[Path] = TOOLS_OPT,
+    plan: PlanChoice | None = typer.Option(
+        None,
+        "--plan",
+        case_sensitive=False,
+        help="Plan first: always, auto (when the model marks the goal multi-step), never "
+        "(default; LOOPSTACK_AGENT_PLAN).",
+    ),
+    team: Path | None = typer.Option(
+        None, "--team", help="Team file (YAML): workers the agent hands sub-tasks to."
+    ),
     mcp: list[str] = MCP_OPT,
     user: str = typer.Option("default", "--user", help="Memory is kept per user."),
     max_steps: int | None = typer.Option(None, "--max-steps", min=1),
@@ -193,6 +236,8 @@ def run(
             allow=allow,
             approve_dangerous=approve,
             overrides=overrides,
+            plan=plan.value if plan is not None else None,
+            team=team,
         ) as agent:
             result = RunResult(run_id=(state := AgentState(goal=goal)).run_id)
             async for step in agent.steps(goal, state=state):
@@ -207,7 +252,9 @@ def run(
         message = exc.message if isinstance(exc, AgentError) else str(exc)
         if as_json:
             out = {"status": "error", "reason": "config_error", "answer": "", "steps": 0}
-            typer.echo(json.dumps(out | {"tool_calls": [], "trace_path": "", "error": message}))
+            out |= {"tool_calls": [], "trace_path": "", "plan": None, "workers": []}
+            out |= {"cost": Cost().to_json(), "error": message}
+            typer.echo(json.dumps(out))
         else:
             typer.echo(f"error: {message}", err=True)
         raise typer.Exit(2) from exc
@@ -215,10 +262,12 @@ def run(
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False, default=str))
     else:
         typer.echo(f"\n{result.answer}\n")
+        c = result.cost
         typer.echo(
             f"[{result.status} ({result.reason}), {result.steps} steps, "
-            f"{len(result.tool_calls)} tool calls, {result.tokens.get('total', 0)} tokens; "
-            f"trace: {result.trace_path}]",
+            f"{len(result.workers)} worker runs; cost: {c.model_calls} model calls, "
+            f"{c.tool_calls} tool calls, {c.prompt_tokens}+{c.completion_tokens} tokens "
+            f"({c.cached_prompt_tokens} cached), {c.wall_s:.1f} s; trace: {result.trace_path}]",
             err=True,
         )
 
@@ -229,6 +278,9 @@ def _echo_step(step: Any) -> None:
             typer.echo(f"-> {name}({json.dumps(args, ensure_ascii=False)})", err=True)
     elif isinstance(step, ToolStep):
         typer.echo(f"<- {step.name}: {step.status}: {step.summary[:160]}", err=True)
+    elif isinstance(step, PlanStep):
+        goals = "; ".join(f"{i + 1}. {x['goal']}" for i, x in enumerate(step.items))
+        typer.echo(f"== {step.kind}: {goals}", err=True)
     elif isinstance(step, FinalStep) and step.status != "done":
         typer.echo(f"!! {step.status} ({step.reason})", err=True)
 
