@@ -96,6 +96,7 @@ class ContentDelta:
 class Done:
     finish_reason: str
     completion_tokens: int
+    cached_tokens: int | None = None  # the engine's prompt_tokens_details.cached_tokens
 
 
 Event = ContentDelta | CallEvent | Done
@@ -107,6 +108,7 @@ class _Tally:
 
     tokens: int = 0
     finish: str = "stop"
+    cached: int | None = None  # cached prompt tokens of the first engine request
 
 
 class ChatService:
@@ -244,7 +246,7 @@ class ChatService:
             for i, (name, args) in enumerate(found):
                 raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
                 yield CallEvent(i, new_call_id(), name=name, arguments_delta=raw)
-            yield Done("tool_calls" if found else tally.finish, tally.tokens)
+            yield Done("tool_calls" if found else tally.finish, tally.tokens, tally.cached)
             return
         prompt = plan.prompt
         if plan.mode == "auto":
@@ -261,7 +263,7 @@ class ChatService:
             if intent is None:
                 if len(detector.text) > sent:
                     yield ContentDelta(detector.text[sent:])
-                yield Done(tally.finish, tally.tokens)
+                yield Done(tally.finish, tally.tokens, tally.cached)
                 return
             self.metrics.auto_switches.inc()
             prompt = plan.prompt + (intent.text_before + "\n" if intent.text_before else "")
@@ -280,7 +282,9 @@ class ChatService:
                 yield CallEvent(c.index, c.id, name=c.name, arguments_delta=c.arguments)
         self.metrics.tool_calls.labels(mode=plan.mode, valid="true").inc(len(calls) - invalid)
         yield Done(
-            "tool_calls" if calls and tally.finish != "length" else tally.finish, tally.tokens
+            "tool_calls" if calls and tally.finish != "length" else tally.finish,
+            tally.tokens,
+            tally.cached,
         )
 
     async def _call_rounds(
@@ -415,6 +419,9 @@ class ChatService:
                 if chunk.get("usage"):
                     tally.tokens += int(chunk["usage"]["completion_tokens"])
                     counted = True
+                    details = chunk["usage"].get("prompt_tokens_details") or {}
+                    if tally.cached is None and details.get("cached_tokens") is not None:
+                        tally.cached = int(details["cached_tokens"])
                 for choice in chunk.get("choices", []):
                     chunks += 1
                     if choice.get("finish_reason"):
@@ -444,7 +451,7 @@ class ChatService:
             content=content.strip() or None if calls else content,
             tool_calls=[calls[i] for i in sorted(calls)],
             finish_reason=done.finish_reason,
-            usage=_usage(plan.prompt_tokens, done.completion_tokens),
+            usage=_usage(plan.prompt_tokens, done.completion_tokens, done.cached_tokens),
         )
 
     async def _stream_tools(
@@ -471,16 +478,21 @@ class ChatService:
             else:
                 yield sse(finish_reason=ev.finish_reason)
                 if req.include_usage:
-                    yield sse(usage=_usage(plan.prompt_tokens, ev.completion_tokens))
+                    yield sse(
+                        usage=_usage(plan.prompt_tokens, ev.completion_tokens, ev.cached_tokens)
+                    )
         yield b"data: [DONE]\n\n"
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {
+def _usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if cached is not None:  # the engine runs with --enable-prompt-tokens-details
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
 async def _invalid_json_choices(resp: dict[str, Any], schema: CompiledSchema) -> list[int]:

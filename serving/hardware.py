@@ -108,6 +108,7 @@ def vllm_launch(
         "--tool-call-parser",
         "hermes",
         "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
         "--disable-uvicorn-access-log",
     ]
     # Our regexes come from tool schemas; big ones need more than vLLM's 5 s default.

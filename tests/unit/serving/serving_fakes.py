@@ -84,6 +84,7 @@ class FakeEngine:
         self.streams_closed_early = 0
         self._pending: str | None = None
         self.chat_content = '{"answer": 42}'
+        self.cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
 
     # -- Engine protocol ------------------------------------------------------------------
     async def start(self) -> None:
@@ -135,7 +136,9 @@ class FakeEngine:
                     }
                     yield _sse({"object": "text_completion", "choices": [choice]})
                 if (body.get("stream_options") or {}).get("include_usage"):
-                    usage = {"prompt_tokens": 10, "completion_tokens": len(pieces)}
+                    usage: dict[str, Any] = {"prompt_tokens": 10, "completion_tokens": len(pieces)}
+                    if self.cached_tokens is not None:
+                        usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
                     yield _sse({"choices": [], "usage": usage})
             finished = True  # the consumer may stop reading at [DONE]
             yield b"data: [DONE]"
