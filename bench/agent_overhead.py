@@ -12,6 +12,12 @@
    step, model request included.
 2. Wall time of one step with 3 independent 1-second tools (sync ``time.sleep``, run in
    worker threads). Target: < 1.2 s.
+3. Planning and team bookkeeping (agent.plan, agent.team): the same per-step CPU with a
+   6-step plan in the run state (``--plan always``: the plan block in every prompt; the
+   measured steps come after its 6 steps are done, so advancing it is the cheap path), and
+   with every step handing a sub-task to an instant worker agent (a fresh agent, its trace,
+   budget carving, charging); the worker's own model request is subtracted (one bare
+   request). Target: < 5 ms more than the plain loop.
 
 Prints JSON lines and a final ``RESULT {...}`` line.
 """
@@ -32,6 +38,7 @@ from agent.loop import Agent
 from agent.scripted import ScriptedModel, call, calls, text
 from agent.settings import Limits
 from agent.state import ModelStep, ToolStep
+from agent.team import Worker, worker_tools
 from agent.tools import ToolRegistry
 
 
@@ -54,9 +61,18 @@ def wait_one_second(label: str) -> str:
     return label
 
 
-async def per_step(history: int, measure: int, trace_dir: Path) -> dict[str, Any]:
+PLAN = {"multi_step": True, "steps": [{"goal": f"look up key {i}"} for i in range(6)]}
+
+
+async def per_step(
+    history: int, measure: int, trace_dir: Path, mode: str = "plain"
+) -> dict[str, Any]:
     n = iter(range(10**6))
-    model = ScriptedModel([lambda body: call("lookup", key=f"k{next(n)}")], answer="done")
+    tool = "helper" if mode == "team" else "lookup"
+    arg = "task" if mode == "team" else "key"
+    model = ScriptedModel(
+        [lambda body: call(tool, **{arg: f"k{next(n)}"})], answer="done", plans=[PLAN]
+    )
     limits = Limits(
         max_steps=history + measure + 1,
         max_tool_calls=10**6,
@@ -64,12 +80,21 @@ async def per_step(history: int, measure: int, trace_dir: Path) -> dict[str, Any
         context_tokens=10**9,
         no_progress_steps=10**6,
     )
+    registry = ToolRegistry([lookup])
+    if mode == "team":  # an instant worker: one model request, answered in text
+        helper = ScriptedModel([text("42")])
+        limits_w = Limits(max_tokens=10**9, max_tool_calls=10**6)
+        worker = Worker(
+            "helper", "answers", ToolRegistry(), limits=limits_w, client=helper.client()
+        )
+        registry.add_all(worker_tools([worker]), group="workers")
     agent = Agent(
         model.client(),
         "scripted-model",
-        ToolRegistry([lookup]),
+        registry,
         limits=limits,
         trace_dir=trace_dir,
+        plan="always" if mode == "plan" else "never",
     )
     marks: list[tuple[float, float]] = []
     async for step in agent.steps("look up many keys"):
@@ -100,6 +125,7 @@ async def per_step(history: int, measure: int, trace_dir: Path) -> dict[str, Any
         return round(statistics.median(xs), 3)
 
     return {
+        "mode": mode,
         "history_steps": history,
         "messages_in_history": len(body["messages"]),
         "step_wall_ms_p50": med(wall),
@@ -140,14 +166,28 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         print(json.dumps({"bench": "per_step", **a}), flush=True)
         b = await parallel_tools(Path(d))
         print(json.dumps({"bench": "parallel_tools", **b}), flush=True)
+        planned = await per_step(args.steps, args.measure, Path(d), "plan")
+        print(json.dumps({"bench": "per_step", **planned}), flush=True)
+        team = await per_step(args.steps, args.measure, Path(d), "team")
+        print(json.dumps({"bench": "per_step", **team}), flush=True)
+    plan_ms = round(planned["step_cpu_ms_p50"] - a["step_cpu_ms_p50"], 3)
+    # a team step also makes the worker's model request: subtract one bare request
+    team_ms = round(
+        team["step_cpu_ms_p50"] - a["step_cpu_ms_p50"] - a["bare_request_cpu_ms_p50"], 3
+    )
     return {
+        "plan_bookkeeping_cpu_ms_per_step": plan_ms,
+        "team_bookkeeping_cpu_ms_per_step": team_ms,
         "history_steps": a["history_steps"],
         "step_cpu_ms_p50": a["step_cpu_ms_p50"],
         "step_wall_ms_p50": a["step_wall_ms_p50"],
         "loop_overhead_cpu_ms_p50": a["loop_overhead_cpu_ms_p50"],
         "three_1s_tools_wall_s": b["step_wall_s"],
-        "targets": {"step_ms": 5.0, "three_tools_s": 1.2},
-        "ok": a["loop_overhead_cpu_ms_p50"] < 5.0 and b["step_wall_s"] < 1.2,
+        "targets": {"step_ms": 5.0, "three_tools_s": 1.2, "plan_team_ms": 5.0},
+        "ok": a["loop_overhead_cpu_ms_p50"] < 5.0
+        and b["step_wall_s"] < 1.2
+        and plan_ms < 5.0
+        and team_ms < 5.0,
     }
 
 
