@@ -7,9 +7,6 @@ from ``usage.prompt_tokens_details.cached_tokens`` where the server gives it (ou
 vLLM needs ``--enable-prompt-tokens-details``), else 0. A coordinator's cost is its own
 spending plus everything its workers spent (`Cost.plus`); the workers' own records keep
 theirs apart.
-
-`task_cost` turns replica-seconds into money: what 1,000 tasks cost at a planned replica
-count and a price per replica-hour (``loopstack bench plan --replica-cost-per-hour``).
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-__all__ = ["Cost", "cached_tokens_of", "task_cost"]
+__all__ = ["Cost", "cached_tokens_of"]
 
 
 @dataclass(slots=True)
@@ -70,21 +67,3 @@ def cached_tokens_of(usage: Any) -> int:
     if isinstance(details, dict):
         return int(details.get("cached_tokens") or 0)
     return int(getattr(details, "cached_tokens", 0) or 0)
-
-
-def task_cost(
-    replica_s_per_task: float, replica_cost_per_hour: float | None, tasks: int = 1000
-) -> dict[str, float | None]:
-    """Replica-seconds per task and, with a price, the cost of ``tasks`` tasks.
-
-    ``replica_s_per_task`` is replicas x seconds / tasks completed: the hardware time one
-    task occupies at the planned replica count, so the price follows directly.
-    """
-    cost = None
-    if replica_cost_per_hour is not None:
-        cost = replica_s_per_task * tasks * replica_cost_per_hour / 3600.0
-    return {
-        "replica_s_per_task": replica_s_per_task,
-        "tasks": float(tasks),
-        "cost": cost,
-    }

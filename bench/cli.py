@@ -3,7 +3,7 @@
     loopstack bench agents --base-url URL --agents 1,4,16 --tasks-per-agent K --out DIR \\
         [--scenario FILE] [--slo-p95-step-s X] [--baseline-url URL] [--api-key KEY]
     loopstack bench requests --base-url URL --concurrency 4 --num-prompts 16 --out DIR
-    loopstack bench plan DIR/result.json --agents N --slo-p95-step-s X
+    loopstack bench plan DIR/result.json --agents N --slo-p95-step-s X [--replica-cost-per-hour P]
 
 ``agents`` writes result.json, levels.csv, steps.csv, PNG plots and report.html into DIR;
 the last line it prints is a one-line summary with the batching gain and the plan.
@@ -256,6 +256,9 @@ def plan(
     slo_p95_step_s: float = typer.Option(..., help="SLO: p95 step latency (s)."),
     min_goodput: float | None = typer.Option(None, help="Use goodput >= this instead of p95."),
     arm: str = typer.Option("ours", help="Which arm of the result to plan for."),
+    replica_cost_per_hour: float | None = typer.Option(
+        None, min=0, help="Price of one replica-hour: prints what 1,000 tasks cost."
+    ),
 ) -> None:
     """Recompute the plan from a saved result for another N or SLO (no new load)."""
     from bench.agents.result import load_result, make_plan
@@ -268,7 +271,7 @@ def plan(
     if arm not in result.arms():
         typer.echo(f"error: no arm {arm!r} in {result_json} (has {result.arms()})", err=True)
         raise typer.Exit(2)
-    p = make_plan(result, agents, slo_p95_step_s, min_goodput, arm)
+    p = make_plan(result, agents, slo_p95_step_s, min_goodput, arm, replica_cost_per_hour)
     _print_plan(p)
     typer.echo(p.line())
 
@@ -285,11 +288,13 @@ def _print_levels(result: object) -> None:
             [s.arm, f"{s.level:g}", s.steps, s.cold_steps, _x(s.step_latency.p50),
              _x(s.step_latency.p95), _x(s.ttft.p50), _x(s.cold_step_latency.p50),
              _x(s.steps_per_s, 3), _x(s.output_tok_s), _x(s.goodput), s.errors, s.http_429,
-             _x(s.cache.hit_rate), "yes" if s.saturated else ""]
+             _x(s.cache.hit_rate), _x(s.model_calls_per_task), _x(s.prompt_tokens_per_task, 0),
+             _x(s.completion_tokens_per_task, 0), "yes" if s.saturated else ""]
         )  # fmt: skip
     print_table(
         ["arm", "level", "steps", "cold", "p50 s", "p95 s", "TTFT p50", "cold p50", "steps/s",
-         "tok/s", "goodput", "err", "429", "cache hit", "saturated"],
+         "tok/s", "goodput", "err", "429", "cache hit", "calls/task", "prompt tok/task",
+         "compl tok/task", "saturated"],
         rows,
     )  # fmt: skip
     for c in result.comparisons:
@@ -317,6 +322,7 @@ def _print_plan(p: Plan) -> None:
             f"calls/s; one replica {_x(p.replica_calls_per_s, 3)} calls/s at C* -> "
             f"R_rate = {p.replicas_by_rate}"
         )
+    typer.echo(f"  {p.cost_line()}")
     for a in p.assumptions:
         typer.echo(f"  assumes: {a}")
     for n in p.notes:

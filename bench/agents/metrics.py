@@ -137,6 +137,11 @@ class LevelSummary:
     client_cpu_s_per_step: float | None = None
     saturated: bool = False
     stop_reason: str | None = None
+    # per finished task (the steps of tasks that ended done or no_call): what a task costs
+    prompt_tokens_per_task: float | None = None
+    completion_tokens_per_task: float | None = None
+    cached_tokens_per_task: float | None = None  # None when the server gives no details
+    tasks_per_s: float | None = None
 
 
 def goodput(latencies: Sequence[float], oks: Sequence[bool], slo_s: float) -> float | None:
@@ -173,6 +178,7 @@ def summarize(
     gp = (
         goodput([s.latency_s for s in warm_all], [s.ok for s in warm_all], slo_s) if slo_s else None
     )
+    per_task = _per_task_tokens(ok, done)
     cached = [s for s in ok if s.cached_tokens is not None]
     share = (
         sum(s.cached_tokens or 0 for s in cached) / sum(s.prompt_tokens for s in cached)
@@ -204,6 +210,27 @@ def summarize(
         prompt_tokens_mean=(sum(s.prompt_tokens for s in ok) / len(ok) if ok else None),
         cache=cache or CacheStats(),
         client_cached_token_share=share,
+        prompt_tokens_per_task=per_task[0],
+        completion_tokens_per_task=per_task[1],
+        cached_tokens_per_task=per_task[2],
+        tasks_per_s=rate(len(done), window),
+    )
+
+
+def _per_task_tokens(
+    steps: Sequence[StepRecord], done: Sequence[TaskRecord]
+) -> tuple[float | None, float | None, float | None]:
+    """Mean prompt, completion and cached tokens of a finished task (all its model calls)."""
+    keys = {(t.agent, t.task) for t in done}
+    mine = [s for s in steps if (s.agent, s.task) in keys]
+    if not done or not mine:
+        return None, None, None
+    n = len(done)
+    cached = [s.cached_tokens for s in mine if s.cached_tokens is not None]
+    return (
+        sum(s.prompt_tokens for s in mine) / n,
+        sum(s.completion_tokens for s in mine) / n,
+        sum(cached) / n if cached else None,
     )
 
 

@@ -12,6 +12,11 @@ Cross-check by request rate (Little's law): at C* each agent sends one model cal
 time per step), so N agents need N / (L + T + H) calls/s; one replica served S* calls/s
 at C*:  R_rate = ceil(N / (L + T + H) / S*).  The two agree when the sweep is steady.
 
+Cost per task: at the planned R replicas, N agents finish N x (tasks/s per agent at C*)
+tasks per second, so one task occupies  replica_s = R / (N x tasks_per_s(C*) / C*)
+replica-seconds (rounding R up shows as idle capacity); with a price per replica-hour P,
+1,000 tasks cost  1000 x replica_s x P / 3600.
+
 ``compute_plan`` is pure; ``bench plan RESULT.json`` calls it again on the stored steps.
 """
 
@@ -35,6 +40,7 @@ class PlanLevel:
     steps_per_s: float | None
     tool_s_per_step: float = 0.0
     think_s_per_step: float = 0.0
+    tasks_per_s: float | None = None  # finished tasks per second at this level
 
 
 @dataclass
@@ -60,6 +66,20 @@ class Plan:
     formula: str = FORMULA
     assumptions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    replica_s_per_task: float | None = None  # replica-seconds one task occupies at R
+    replica_cost_per_hour: float | None = None
+    cost_per_1000_tasks: float | None = None
+
+    def cost_line(self) -> str:
+        if self.replica_s_per_task is None:
+            return "cost: n/a (no finished tasks at C*, or no level meets the SLO)"
+        line = f"cost: {self.replica_s_per_task:.1f} replica-seconds per task"
+        if self.cost_per_1000_tasks is not None:
+            line += (
+                f"; 1,000 tasks cost {self.cost_per_1000_tasks:.2f} at "
+                f"{self.replica_cost_per_hour:g} per replica-hour ({self.replicas} replicas)"
+            )
+        return line
 
     def line(self) -> str:
         crit = (
@@ -98,6 +118,7 @@ def compute_plan(
     slo_p95_step_s: float,
     min_goodput: float | None = None,
     assumptions: Sequence[str] = (),
+    replica_cost_per_hour: float | None = None,
 ) -> Plan:
     levels = sorted(levels, key=lambda lv: lv.agents)
     points = [level_meets(lv, slo_p95_step_s, min_goodput) for lv in levels]
@@ -116,6 +137,7 @@ def compute_plan(
         points=points,
         assumptions=list(assumptions),
         notes=notes,
+        replica_cost_per_hour=replica_cost_per_hour,
     )
     if best is None:
         notes.append("no tested level meets the SLO: a replica this size cannot serve it")
@@ -130,6 +152,11 @@ def compute_plan(
         nxt = min(p.agents for p in higher if not p.meets)
         notes.append(f"the knee lies between {best.agents:g} and {nxt:g} agents (not tested)")
     lv = next(x for x in levels if x.agents == best.agents)
+    if lv.tasks_per_s and plan.replicas:
+        per_agent_tasks_s = lv.tasks_per_s / best.agents
+        plan.replica_s_per_task = plan.replicas / (agents_target * per_agent_tasks_s)
+        if replica_cost_per_hour is not None:
+            plan.cost_per_1000_tasks = 1000 * plan.replica_s_per_task * replica_cost_per_hour / 3600
     finite = [x for x in lv.latencies if math.isfinite(x)]
     if finite and lv.steps_per_s:
         cycle = sum(finite) / len(finite) + lv.tool_s_per_step + lv.think_s_per_step

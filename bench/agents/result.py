@@ -154,6 +154,7 @@ def plan_levels(result: RunResult, arm: str = "ours") -> list[PlanLevel]:
                 steps_per_s=s.steps_per_s,
                 tool_s_per_step=sum(t.tool_s for t in done) / calls if calls else 0.0,
                 think_s_per_step=sum(t.think_s for t in done) / calls if calls else 0.0,
+                tasks_per_s=s.tasks_per_s,
             )
         )
     return levels
@@ -165,6 +166,7 @@ def make_plan(
     slo_p95_step_s: float,
     min_goodput: float | None = None,
     arm: str = "ours",
+    replica_cost_per_hour: float | None = None,
 ) -> Plan:
     levels = plan_levels(result, arm)
     tool = [lv.tool_s_per_step for lv in levels]
@@ -178,7 +180,9 @@ def make_plan(
         sum(prompt) / len(prompt) if prompt else None,
         int(result.scenario.get("result_chars", 0)),
     )
-    return compute_plan(levels, agents_target, slo_p95_step_s, min_goodput, assumptions)
+    return compute_plan(
+        levels, agents_target, slo_p95_step_s, min_goodput, assumptions, replica_cost_per_hour
+    )
 
 
 def summary_line(result: RunResult) -> str:

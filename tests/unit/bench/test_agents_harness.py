@@ -148,6 +148,12 @@ def test_closed_sweep_with_arms_report_and_plan(tmp_path: Path) -> None:
     assert cli.exit_code == 0, cli.output
     last = cli.output.strip().splitlines()[-1]
     assert "agents/replica" in last and "7 agents need" in last
+    priced = CliRunner().invoke(
+        app, ["plan", str(out / "result.json"), "--agents", "7", "--slo-p95-step-s", "5",
+              "--replica-cost-per-hour", "2.5"]
+    )  # fmt: skip
+    assert priced.exit_code == 0 and "replica-seconds per task" in priced.output
+    assert "1,000 tasks cost" in priced.output
     bad = CliRunner().invoke(
         app, ["plan", str(out / "result.json"), "--agents", "7", "--slo-p95-step-s", "5",
               "--arm", "nope"]

@@ -71,6 +71,10 @@ def test_summarize_rates_tokens_and_cold_warm() -> None:
     # one finished task over 10 s -> 6 per minute; 2 model calls per finished task
     assert s.tasks_per_min == pytest.approx(6.0)
     assert s.model_calls_per_task == 2.0
+    # the finished task (agent 0, task 0): two ok calls of 100 + 10 tokens (the failed one
+    # counts nothing; agent 1's task did not finish)
+    assert s.prompt_tokens_per_task == 200.0 and s.completion_tokens_per_task == 20.0
+    assert s.cached_tokens_per_task is None  # no step carried cached-token details
     # goodput over warm steps incl. the failed one: 2.0, 2.0 ok; 3.0 late; failure -> 2/4
     assert s.goodput == pytest.approx(0.5)
     assert s.ttft.p50 == 1.0

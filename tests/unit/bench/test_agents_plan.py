@@ -63,3 +63,17 @@ def test_failed_steps_count_against_the_slo() -> None:
     assert p.points[0].meets is False and p.replicas is None
     p = compute_plan([lv(2, lat, 1.0)], 4, 5.0, min_goodput=0.9)
     assert p.points[0].goodput == 0.9 and p.replicas == 2
+
+
+def test_cost_per_task_at_the_planned_replicas() -> None:
+    levels = [PlanLevel(4, [1.0] * 20, 2.0, tasks_per_s=0.5), PlanLevel(8, [9.0] * 20, 3.0)]
+    p = compute_plan(levels, agents_target=10, slo_p95_step_s=5.0, replica_cost_per_hour=3.6)
+    # C* = 4 -> R = 3 replicas; one agent finishes 0.5 / 4 tasks/s; 10 agents 1.25 tasks/s
+    assert p.replicas == 3
+    assert p.replica_s_per_task == pytest.approx(3 / 1.25)  # 2.4 replica-seconds
+    assert p.cost_per_1000_tasks == pytest.approx(1000 * 2.4 * 3.6 / 3600)  # 2.40
+    assert "2.4 replica-seconds per task" in p.cost_line() and "cost 2.40" in p.cost_line()
+    unpriced = compute_plan(levels, agents_target=10, slo_p95_step_s=5.0)
+    assert unpriced.cost_per_1000_tasks is None and unpriced.replica_s_per_task is not None
+    none = compute_plan(levels, agents_target=10, slo_p95_step_s=0.5, replica_cost_per_hour=1)
+    assert none.replica_s_per_task is None and "n/a" in none.cost_line()
