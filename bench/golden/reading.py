@@ -25,7 +25,8 @@ __all__ = [
     "signed_changes",
 ]
 
-_MINUS = "-\u2212\u2013"  # hyphen-minus, minus sign, en dash
+_SIGNS = "-\u2212\u2013"  # hyphen-minus, minus sign, en dash
+_MINUS = re.escape(_SIGNS)  # for a character class
 _NUMBER = re.compile(
     rf"(?<![\w.,:/{_MINUS}])([{_MINUS}]?)"  # a sign, unless glued to a word or another number
     r"(\d{1,3}(?:,\d{3})+|\d{1,3}(?:[\u202f\u00a0]\d{3})+|\d+)"  # 1,200 / 1 200 / 1200
@@ -72,9 +73,9 @@ def signed_changes(text: str) -> list[float]:
     taken: list[tuple[int, int]] = []
     for m in _CHANGE.finditer(text):
         raw = m.group("num").replace(",", "")
-        value = abs(float(raw.lstrip(_MINUS + "+")))
+        value = abs(float(raw.lstrip(_SIGNS + "+")))
         down = re.fullmatch(_DOWN, m.group("dir"), re.IGNORECASE) is not None
-        if raw[0] in _MINUS:  # "decreased by -0.7%": the sign is already written
+        if raw[0] in _SIGNS:  # "decreased by -0.7%": the sign is already written
             down = True
         out.append(-value if down else value)
         taken.append(m.span("num"))
