@@ -29,6 +29,7 @@ import openai
 from openai import AsyncOpenAI
 
 from agent import answer as final_answer
+from agent import grounding
 from agent.context import (
     TokenCounter,
     build_messages,
@@ -493,6 +494,7 @@ class Agent:
         status = STATUS_OF[reason]
         prompt = completion = 0
         forced = True
+        repairs: tuple[str, ...] = ()
         if reason == "answer" and (self.text_answers == "accept" or not self.tools.names()):
             answer, forced = text.strip(), False
         elif reason in ("tokens", "wall_clock", "model_error"):
@@ -502,6 +504,12 @@ class Agent:
                 answer, prompt, completion = await final_answer.request(
                     self, state, reason, deadline=self._remaining(state, floor=0.5)
                 )
+                fixed = grounding.repair(answer, state, frozenset(self.tools.names()))
+                if fixed.problems:
+                    logger.info("[trace_id=%s] final answer repaired: %s", state.run_id, fixed)
+                    if self.on_text is not None and fixed.answer != answer:
+                        self.on_text(f"\n(corrected from the tool results) {fixed.answer}")
+                answer, repairs = fixed.answer, fixed.problems
             except AgentError as exc:
                 if state.elapsed() >= self.limits.wall_clock_s:
                     reason, status = "wall_clock", STATUS_OF["wall_clock"]
@@ -520,6 +528,7 @@ class Agent:
             latency_s=time.perf_counter() - t0,
             prompt_tokens=prompt,
             completion_tokens=completion,
+            repairs=repairs,
         )
 
     async def _write_back(self, state: AgentState) -> None:
