@@ -156,7 +156,7 @@ def dates(text: str) -> list[tuple[int | None, int, int]]:
 
 
 _CLOCK = re.compile(
-    r"(?<![\d:.])(\d{1,2}):(\d{2})(?::\d{2}(?:\.\d+)?)?(?![\d:])"
+    r"(?<![\d:.+\-])(\d{1,2}):(\d{2})(?::\d{2}(?:\.\d+)?)?(?![\d:])"  # not +09:00
     r"(?:\s*([ap])\.?\s?m\b\.?)?",
     re.IGNORECASE,
 )

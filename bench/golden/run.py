@@ -57,6 +57,7 @@ class TaskResult:
     out: dict[str, Any] | None = None  # the CLI's JSON line
     earlier: list[dict[str, Any] | None] = field(default_factory=list)  # setup sessions' lines
     returncode: int = 0
+    repairs: list[str] = field(default_factory=list)  # what the host corrected in the answer
 
 
 def parse_last_json(stdout: str) -> dict[str, Any] | None:
@@ -186,6 +187,12 @@ async def run_task(
         trace_path=trace,
         sessions=1 + len(earlier),
         calls=tool_results(trace),
+        repairs=[
+            p
+            for e in trace_lines(trace)
+            if e.get("type") == "final"
+            for p in e.get("repairs") or []
+        ],
         started_at=last_began,
         finished_at=time.time(),
         out=parsed,
@@ -265,6 +272,8 @@ def summarize(results: list[TaskResult]) -> dict[str, Any]:
         "answered_by_host": sum(r.answered_by == "host" for r in results),
         "passed_by_model": sum(r.passed and r.answered_by == "model" for r in results),
         "passed_by_host": sum(r.passed and r.answered_by == "host" for r in results),
+        "repaired": sum(bool(r.repairs) for r in results),
+        "passed_repaired": sum(r.passed and bool(r.repairs) for r in results),
         "mean_steps": round(sum(r.steps for r in results) / n, 2),
         "prompt_tokens": sum(r.prompt_tokens for r in results),
         "completion_tokens": sum(r.completion_tokens for r in results),
@@ -297,7 +306,9 @@ def markdown(results: list[TaskResult], summary: dict[str, Any]) -> str:
         f"Success: **{summary['passed']}/{summary['tasks']} ({summary['success_rate']:.0%})**; "
         f"answered by the model itself {summary['answered_by_model']} "
         f"({summary['passed_by_model']} passed), forced by the host "
-        f"{summary['answered_by_host']} ({summary['passed_by_host']} passed); by category "
+        f"{summary['answered_by_host']} ({summary['passed_by_host']} passed), of which the host "
+        f"repaired {summary['repaired']} from the tool results ({summary['passed_repaired']} "
+        f"passed); by category "
         f"{summary['by_category']}; mean steps {summary['mean_steps']}, "
         f"{summary['model_calls']} model requests, tokens {summary['prompt_tokens']} prompt + "
         f"{summary['completion_tokens']} completion, {summary['tool_calls']} tool calls, "
@@ -310,7 +321,8 @@ def markdown(results: list[TaskResult], summary: dict[str, Any]) -> str:
     for r in results:
         rows.append(
             f"| {r.id}{' (fast)' if r.fast else ''} | {r.category} | {'yes' if r.passed else 'no'}"
-            f" | {r.status} ({r.reason}) | {r.answered_by} | {r.steps} | "
+            f" | {r.status} ({r.reason}) | {r.answered_by}{' (repaired)' if r.repairs else ''}"
+            f" | {r.steps} | "
             f"{_cell(_calls_text(r), 220)} | {_cell(r.answer, 220)} | "
             f"{_cell('; '.join(r.reasons), 160)} | {r.elapsed_s:.0f} |"
         )
