@@ -52,6 +52,7 @@ _EXPRESSION = re.compile(
     r"|\b(?:math|np|numpy)\.\w+\("  # math.ceil(125.0 + 19)
     r"|^\s*[-+(]*\d[\d.\s]*(?:[-+*/^%]\s*[(\d][\d.\s()]*)+=?\s*$"  # a bare 2480 * 0.175
 )
+_ISO = re.compile(r"\b(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})")
 _REPEAT = re.compile(r"(.{12,}?)(?:\s*\1){2,}", re.DOTALL)
 
 
@@ -92,8 +93,10 @@ def _flat(value: Any, limit: int) -> str:
         text = ", ".join(f"{k} {_flat(v, limit)}" for k, v in value.items() if k != "summary")
     elif isinstance(value, list):
         text = "; ".join(_flat(v, limit) for v in value[:8]) + ("; ..." if len(value) > 8 else "")
+    elif isinstance(value, str):
+        text = _ISO.sub(r"\1 \2", value)  # 2026-12-02T13:01:31 reads as 2026-12-02 13:01:31
     else:
-        text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+        text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

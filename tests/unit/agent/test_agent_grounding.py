@@ -36,7 +36,7 @@ def test_a_bare_argument_is_replaced_by_the_result() -> None:
 def test_an_echoed_call_is_replaced_by_the_result() -> None:
     fixed = grounding.repair("time__get_current_time({", state(TIME), NAMES)
     assert "echoes a tool call" in fixed.problems
-    assert "2026-12-02T13:05:00+09:00" in fixed.answer and "(" not in fixed.answer
+    assert "2026-12-02 13:05:00+09:00" in fixed.answer and "(" not in fixed.answer
 
 
 def test_an_unevaluated_expression_is_replaced() -> None:
