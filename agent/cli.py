@@ -25,6 +25,8 @@ from typing import Any
 import typer
 from openai import AsyncOpenAI
 
+from agent import examples
+from agent.answer import AnswerOptions
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
 from agent.loop import Agent
@@ -119,6 +121,15 @@ async def build_agent(
             text_answers=settings.text_answers,
             tool_nudge=settings.tool_nudge,
             otel_endpoint=settings.otel_endpoint,
+            answer_options=AnswerOptions(
+                typed=settings.answer_typed,
+                samples=settings.answer_samples,
+                examples=(
+                    examples.render(examples.load(settings.examples), registry.names())
+                    if settings.examples
+                    else ""
+                ),
+            ),
         )
         if settings.tokenizer:
             from agent.context import TokenCounter

@@ -93,6 +93,7 @@ class Agent:
         otel_endpoint: str | None = None,
         on_text: Callable[[str], None] | None = None,
         tool_nudge: bool = True,
+        answer_options: final_answer.AnswerOptions | None = None,
     ) -> None:
         self.client = client
         self.model = model
@@ -111,6 +112,7 @@ class Agent:
         # a text reply before any tool call (and without a memory block to answer from) is
         # asked once more with tool_choice="required": small models guess instead of looking
         self.tool_nudge = tool_nudge
+        self.answer_options = answer_options or final_answer.AnswerOptions()
         self._approval_lock = asyncio.Lock()
         self.last_trace_path: Path | None = None
 
@@ -307,10 +309,10 @@ class Agent:
         # client sends as is, instead of through its per-request type transform, whose cost
         # grows with the history (~30 ms a step at 50 steps; see bench/agent_overhead.py).
         plain = {k: kw.pop(k) for k in ("messages", "tools") if k in kw}
+        kw.setdefault("temperature", 0)  # greedy, unless a caller samples on purpose
         request = self.client.chat.completions.create(
             model=self.model,
             messages=[],
-            temperature=0,
             extra_headers={"x-request-id": trace_id, "x-session-id": trace_id.split(".")[0]},
             extra_body=plain,
             **kw,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.golden import checks as c
+from bench.golden.practice import practice_tasks
 from bench.golden.tasks import Task, all_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -343,7 +344,7 @@ def recheck(path: Path) -> list[TaskResult]:
     """Judge a recorded run again with today's checkers (its task folders hold the files and
     side-effect logs the tools left)."""
     os.environ.setdefault("GOLDEN_WORKDIR", str(path / "reference"))
-    tasks = {t.id: t for t in all_tasks()}
+    tasks = {t.id: t for t in [*all_tasks(), *practice_tasks()]}
     results = [r for r in load(path) if r.id in tasks]
     for r in results:
         check(tasks[r.id], r, path / "tasks" / r.id)
@@ -392,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--api-key", default=os.environ.get("LOOPSTACK_API_KEY", "test-key-123"))
     ap.add_argument("--fast", action="store_true", help="only the fast subset")
+    ap.add_argument("--set", choices=("golden", "practice"), default="golden")
     ap.add_argument("--tasks", default="", help="comma-separated task ids")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--out", type=Path, default=None)
@@ -410,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["GOLDEN_WORKDIR"] = str(out_dir / "reference")  # expected values are computed here
-    tasks = all_tasks()
+    tasks = all_tasks() if args.set == "golden" else practice_tasks()
     if args.fast:
         tasks = [t for t in tasks if t.fast]
     if args.tasks:
