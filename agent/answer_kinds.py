@@ -25,8 +25,8 @@ _YES_NO = re.compile(
     r"^\s*(?:do|does|did|is|are|was|were|should|shall|can|could|will|would|has|have|had)\b", re.I
 )
 _NUMBER = re.compile(
-    r"\b(?:how (?:many|much)|what is [\d(]|compute|calculate|convert|total|revenue|"
-    r"price|cost|rate|percent|%|sum|average|number)\b",
+    r"\b(?:how (?:many|much)|compute|calculate|convert|total|revenue|price|cost|rate|"
+    r"percent|sum|average|number)\b|\bwhat is [\d(]|\d\s?%",
     re.I,
 )
 _CHOICE = re.compile(r"\b([A-Z][\w-]*(?:\s[A-Z][\w-]*)?)\s+or\s+([A-Z][\w-]*(?:\s[A-Z][\w-]*)?)")
