@@ -29,6 +29,8 @@ from typing import Any
 import typer
 from openai import AsyncOpenAI
 
+from agent import examples
+from agent.answer import AnswerOptions
 from agent.cost import Cost
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
@@ -152,6 +154,15 @@ async def build_agent(
             otel_endpoint=settings.otel_endpoint,
             plan=plan or settings.plan,  # type: ignore[arg-type]
             instructions=instructions.strip(),
+            answer_options=AnswerOptions(
+                typed=settings.answer_typed,
+                samples=settings.answer_samples,
+                examples=(
+                    examples.render(examples.load(settings.examples), registry.names())
+                    if settings.examples
+                    else ""
+                ),
+            ),
         )
         if settings.tokenizer:
             from agent.context import TokenCounter

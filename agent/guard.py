@@ -23,12 +23,13 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
-from agent.tools import in_daemon_thread
+from agent.tools import in_daemon_thread, loads_arguments
 
 __all__ = [
     "ApprovalRequest",
     "Approver",
     "ask",
+    "call_sig",
     "call_signature",
     "deny_all",
     "distinctive_values",
@@ -92,6 +93,11 @@ async def ask(approver: Approver | None, request: ApprovalRequest) -> bool:
 def call_signature(name: str, arguments: dict[str, Any]) -> str:
     """Identity of a call for the repeated-call detector (name + canonical arguments)."""
     return name + json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def call_sig(call: dict[str, Any]) -> str:
+    """`call_signature` of an OpenAI ``tool_calls`` entry (arguments as the model wrote them)."""
+    return call_signature(call["function"]["name"], loads_arguments(call["function"]["arguments"]))
 
 
 _EMAIL = re.compile(r"[^\s@]+@[^\s@]+\.[A-Za-z]{2,}")

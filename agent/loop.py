@@ -29,10 +29,10 @@ import openai
 from openai import AsyncOpenAI
 
 from agent import answer as final_answer
+from agent import grounding
 from agent import plan as plans
 from agent.context import (
     TokenCounter,
-    build_messages,
     compaction_cut,
     pin_facts,
     pin_user_message,
@@ -48,7 +48,7 @@ from agent.exceptions import (
     ToolNotAllowed,
     error_body,
 )
-from agent.guard import ApprovalRequest, Approver, ask, call_signature, suspicious_call
+from agent.guard import ApprovalRequest, Approver, ask, call_sig, call_signature, suspicious_call
 from agent.protocols import MemoryLink, ToolResult
 from agent.settings import Limits
 from agent.state import (
@@ -104,6 +104,7 @@ class Agent:
         depth: int = 0,
         ancestors: tuple[str, ...] = (),
         trace_parent: tuple[str, str] | None = None,
+        answer_options: final_answer.AnswerOptions | None = None,
     ) -> None:
         self.client = client
         self.model = model
@@ -127,6 +128,7 @@ class Agent:
         # teams (agent.team): how deep this agent runs, who is above it, and the parent's
         # (run id, step trace id) its trace lines point at
         self.depth, self.ancestors, self.trace_parent = depth, ancestors, trace_parent
+        self.answer_options = answer_options or final_answer.AnswerOptions()
         self._approval_lock = asyncio.Lock()
         self._states: dict[str, AgentState] = {}  # runs in flight (cached-token counting)
         self.last_trace_path: Path | None = None
@@ -177,7 +179,9 @@ class Agent:
                 state.memory_block = await self.memory.recall(state.goal)
             except Exception as exc:  # memory is a help, never a reason to fail the run
                 logger.warning("memory recall failed: %s", exc)
-        seen: dict[str, Observation] = {o_sig(o): o for o in state.observations}
+        seen: dict[str, Observation] = {
+            call_signature(o.name, o.arguments): o for o in state.observations
+        }
         counted_upto, idle, nudged, repeats = 0, 0, False, 0
         if state.plan is None and (made := await plans.make(self, state, self.plan)) is not None:
             yield made
@@ -229,17 +233,13 @@ class Agent:
                     )
                     progress |= is_new
                     state.observations.append(obs)
-                    seen[o_sig(obs)] = obs
+                    seen[call_signature(obs.name, obs.arguments)] = obs
                 ran.append(tool_step)
                 yield tool_step
             idle = 0 if progress else idle + 1
-            failed = plans.advance(state, ran)
-            if failed is None and idle >= self.limits.no_progress_steps:
-                failed = plans.fail_current(state, f"no new result in {idle} steps")
-            if failed is not None and plans.can_replan(state, self.limits):
-                if (replanned := await plans.replan(self, state, failed)) is not None:
-                    idle = 0
-                    yield replanned
+            if (replanned := await plans.after_turn(self, state, ran, idle)) is not None:
+                idle = 0  # a new plan: the no-progress count starts again
+                yield replanned
             if idle >= self.limits.no_progress_steps:
                 detail = f"{idle} steps without a new successful tool result"
                 yield LimitStep(state.step, self._tid(state), "no_progress", detail)
@@ -291,7 +291,7 @@ class Agent:
         t0 = time.perf_counter()
         resp = await self._chat(
             tid,
-            messages=self._messages(state),
+            messages=plans.messages_for(state, self.instructions),
             max_tokens=self.limits.step_max_tokens,
             deadline=self._remaining(state, floor=0.5),
             **kw,
@@ -323,15 +323,6 @@ class Agent:
         )
         return step, message
 
-    def _messages(self, state: AgentState) -> list[dict[str, Any]]:
-        """The step's messages: the context's, with the instructions and the plan added to
-        the system prompt."""
-        messages = build_messages(state)
-        extra = [x for x in (self.instructions, plans.prompt_block(state)) if x]
-        if extra:
-            messages[0] = {**messages[0], "content": "\n\n".join([messages[0]["content"], *extra])}
-        return messages
-
     async def _chat(self, trace_id: str, *, deadline: float | None = None, **kw: Any) -> Any:
         """One request; ``x-request-id`` joins the server's log lines to the trace and
         ``x-session-id`` (the run id) keeps a run on the replica holding its prefix cache.
@@ -341,10 +332,10 @@ class Agent:
         # client sends as is, instead of through its per-request type transform, whose cost
         # grows with the history (~30 ms a step at 50 steps; see bench/agent_overhead.py).
         plain = {k: kw.pop(k) for k in ("messages", "tools") if k in kw}
+        kw.setdefault("temperature", 0)  # greedy, unless a caller samples on purpose
         request = self.client.chat.completions.create(
             model=self.model,
             messages=[],
-            temperature=0,
             extra_headers={"x-request-id": trace_id, "x-session-id": trace_id.split(".")[0]},
             extra_body=plain,
             **kw,
@@ -540,6 +531,7 @@ class Agent:
         status = STATUS_OF[reason]
         prompt = completion = 0
         forced = True
+        repairs: tuple[str, ...] = ()
         if reason == "answer" and (self.text_answers == "accept" or not self.tools.names()):
             answer, forced = text.strip(), False
         elif reason in ("tokens", "wall_clock", "model_error"):
@@ -549,6 +541,12 @@ class Agent:
                 answer, prompt, completion = await final_answer.request(
                     self, state, reason, deadline=self._remaining(state, floor=0.5)
                 )
+                fixed = grounding.repair(answer, state, frozenset(self.tools.names()))
+                if fixed.problems:
+                    logger.info("[trace_id=%s] final answer repaired: %s", state.run_id, fixed)
+                    if self.on_text is not None and fixed.answer != answer:
+                        self.on_text(f"\n(corrected from the tool results) {fixed.answer}")
+                answer, repairs = fixed.answer, fixed.problems
             except AgentError as exc:
                 if state.elapsed() >= self.limits.wall_clock_s:
                     reason, status = "wall_clock", STATUS_OF["wall_clock"]
@@ -568,6 +566,7 @@ class Agent:
             latency_s=time.perf_counter() - t0,
             prompt_tokens=prompt,
             completion_tokens=completion,
+            repairs=repairs,
         )
 
     async def _write_back(self, state: AgentState) -> None:
@@ -582,14 +581,6 @@ class Agent:
 
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-def call_sig(call: dict[str, Any]) -> str:
-    return call_signature(call["function"]["name"], _loads(call["function"]["arguments"]))
-
-
-def o_sig(obs: Observation) -> str:
-    return call_signature(obs.name, obs.arguments)
 
 
 def _model_error(exc: openai.APIError) -> AgentError:

@@ -21,6 +21,7 @@ import logging
 import time
 from typing import Any, Literal, Protocol
 
+from agent.context import build_messages
 from agent.exceptions import AgentError
 from agent.settings import Limits
 from agent.state import AgentState, Plan, PlanItem, PlanStep, ToolStep
@@ -31,10 +32,12 @@ __all__ = [
     "REPLAN_FORMAT",
     "PlanMode",
     "advance",
+    "after_turn",
     "can_replan",
     "close",
     "fail_current",
     "make",
+    "messages_for",
     "prompt_block",
     "replan",
 ]
@@ -225,6 +228,29 @@ async def replan(agent: Planner, state: AgentState, failed: PlanItem) -> PlanSte
     detail = f"step failed: {failed.goal}: {failed.result}"[:300]
     items = tuple(plan.to_json())
     return PlanStep(state.step, tid, "replan", items, detail, p, c, time.perf_counter() - t0)
+
+
+async def after_turn(
+    agent: Planner, state: AgentState, ran: list[ToolStep], idle: int
+) -> PlanStep | None:
+    """After a turn's tool results: advance the plan; when its step failed (or the turn
+    made no progress for ``no_progress_steps`` turns) re-plan, if re-plans are left."""
+    failed = advance(state, ran)
+    if failed is None and idle >= agent.limits.no_progress_steps:
+        failed = fail_current(state, f"no new result in {idle} steps")
+    if failed is None or not can_replan(state, agent.limits):
+        return None
+    return await replan(agent, state, failed)
+
+
+def messages_for(state: AgentState, instructions: str = "") -> list[dict[str, Any]]:
+    """A step's messages: the context's, with the agent's instructions (a worker's role,
+    the coordinator's rules) and the plan added to the system prompt."""
+    messages = build_messages(state)
+    extra = [x for x in (instructions, prompt_block(state)) if x]
+    if extra:
+        messages[0] = {**messages[0], "content": "\n\n".join([messages[0]["content"], *extra])}
+    return messages
 
 
 def close(state: AgentState) -> None:

@@ -242,6 +242,7 @@ class FinalStep:
     latency_s: float
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    repairs: tuple[str, ...] = ()  # what `agent.grounding` corrected in a forced answer
 
 
 @dataclass(frozen=True, slots=True)

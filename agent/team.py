@@ -213,6 +213,7 @@ class WorkerTool:
             trace_dir=parent.trace_dir,
             otel_endpoint=parent.otel_endpoint,
             tool_nudge=parent.tool_nudge,
+            answer_options=parent.answer_options,
             plan=w.plan,
             instructions=instructions,
             depth=turn.depth + 1,

@@ -102,6 +102,8 @@ def step_line(run_id: str, step: Step) -> dict[str, Any]:
             "prompt_tokens": step.prompt_tokens,
             "completion_tokens": step.completion_tokens,
         }
+        if step.repairs:
+            base["repairs"] = list(step.repairs)
     elif isinstance(step, ErrorStep):
         base |= {"type": "error", "message": step.message[:1000]}
     elif isinstance(step, PlanStep):
