@@ -18,13 +18,15 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.golden import checks as c
 from bench.golden.practice import practice_tasks
-from bench.golden.tasks import Task, all_tasks
+from bench.golden.tasks import HERE, Task, all_tasks
+from bench.golden.tasks_multi import multi_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = float(os.environ.get("GOLDEN_RUN_TIMEOUT_S", "900"))  # per CLI session
@@ -59,6 +61,7 @@ class TaskResult:
     earlier: list[dict[str, Any] | None] = field(default_factory=list)  # setup sessions' lines
     returncode: int = 0
     repairs: list[str] = field(default_factory=list)  # what the host corrected in the answer
+    cost: dict[str, Any] | None = None  # the CLI's cost of the checked session (whole team)
 
 
 def parse_last_json(stdout: str) -> dict[str, Any] | None:
@@ -115,6 +118,10 @@ def tool_results(path: str) -> list[dict[str, Any]]:
 def command(task: Task, goal: str, base_url: str, user: str) -> list[str]:
     cmd = [sys.executable, "-m", "loopstack", "agent", "run", goal]
     cmd += ["--tools", str(task.tools_path)]
+    for extra in getattr(task, "more_tools", ()):  # tasks_multi: more tools files, a team
+        cmd += ["--tools", str(HERE / extra)]
+    if getattr(task, "team", ""):
+        cmd += ["--team", str(HERE / task.team)]  # type: ignore[attr-defined]
     for server in task.mcp:
         cmd += ["--mcp", server]
     cmd += ["--user", user, "--max-steps", str(task.max_steps), "--base-url", base_url, "--json"]
@@ -205,6 +212,7 @@ async def run_task(
             setattr(result, key, getattr(result, key) + value)
     for key, value in trace_stats(trace).items():
         setattr(result, key, getattr(result, key) + value)
+    result.cost = (parsed or {}).get("cost")
     return result, check(task, result, workdir, stderr=err)
 
 
@@ -286,6 +294,19 @@ def summarize(results: list[TaskResult]) -> dict[str, Any]:
         "by_category": {k: f"{v[0]}/{v[1]}" for k, v in sorted(by_category.items())},
         "failure_causes": dict(causes.most_common()),
         "wall_s": round(max((r.elapsed_s for r in results), default=0.0), 1),
+        "plan": os.environ.get("LOOPSTACK_AGENT_PLAN", "never"),
+        "cost_per_task": cost_per_task(results),
+    }
+
+
+def cost_per_task(results: list[TaskResult]) -> dict[str, float] | None:
+    """Mean of the CLI's ``cost`` (summed over a team's workers) over the checked sessions."""
+    costs = [r.cost for r in results if r.cost]
+    if not costs:
+        return None
+    keys = "prompt_tokens cached_prompt_tokens completion_tokens model_calls tool_calls wall_s"
+    return {
+        k: round(sum(float(x.get(k) or 0) for x in costs) / len(costs), 1) for k in keys.split()
     }
 
 
@@ -344,7 +365,7 @@ def recheck(path: Path) -> list[TaskResult]:
     """Judge a recorded run again with today's checkers (its task folders hold the files and
     side-effect logs the tools left)."""
     os.environ.setdefault("GOLDEN_WORKDIR", str(path / "reference"))
-    tasks = {t.id: t for t in [*all_tasks(), *practice_tasks()]}
+    tasks = {t.id: t for t in [*all_tasks(), *practice_tasks(), *multi_tasks()]}
     results = [r for r in load(path) if r.id in tasks]
     for r in results:
         check(tasks[r.id], r, path / "tasks" / r.id)
@@ -393,7 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--api-key", default=os.environ.get("LOOPSTACK_API_KEY", "test-key-123"))
     ap.add_argument("--fast", action="store_true", help="only the fast subset")
-    ap.add_argument("--set", choices=("golden", "practice"), default="golden")
+    ap.add_argument("--set", choices=("golden", "practice", "multi"), default="golden")
+    ap.add_argument(
+        "--plan", choices=("auto", "always", "never"), help="LOOPSTACK_AGENT_PLAN for every run"
+    )
     ap.add_argument("--tasks", default="", help="comma-separated task ids")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--out", type=Path, default=None)
@@ -412,7 +436,14 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["GOLDEN_WORKDIR"] = str(out_dir / "reference")  # expected values are computed here
-    tasks = all_tasks() if args.set == "golden" else practice_tasks()
+    sets: dict[str, Callable[[], Sequence[Task]]] = {
+        "golden": all_tasks,
+        "practice": practice_tasks,
+        "multi": multi_tasks,
+    }
+    tasks = list(sets[args.set]())
+    if args.plan:
+        os.environ["LOOPSTACK_AGENT_PLAN"] = args.plan  # each CLI run reads it
     if args.fast:
         tasks = [t for t in tasks if t.fast]
     if args.tasks:

@@ -1,0 +1,130 @@
+"""The plan and team golden tasks without a model: what they expect, the files they name,
+how the runner calls them, and their checkers on right and wrong answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.team import load_team
+from bench.golden import checks as c
+from bench.golden import data as d
+from bench.golden import run as runner
+from bench.golden.tasks import HERE
+from bench.golden.tasks_multi import MultiTask, multi_tasks
+
+
+@pytest.fixture(autouse=True)
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GOLDEN_WORKDIR", str(tmp_path))
+    return tmp_path
+
+
+def task(task_id: str) -> MultiTask:
+    return next(t for t in multi_tasks() if t.id == task_id)
+
+
+def outcome(workdir: Path, answer: str, **out: Any) -> c.Outcome:
+    base: dict[str, Any] = {"status": "done", "answer": answer, "steps": 3, "tool_calls": []}
+    return c.Outcome({**base, **out}, 0, "", workdir, max_steps=8)
+
+
+def called(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments, "status": "ok"}
+
+
+def test_at_least_eight_plan_and_team_tasks_with_real_files() -> None:
+    tasks = multi_tasks()
+    assert len(tasks) >= 8
+    assert sum(1 for t in tasks if t.team) >= 3
+    for t in tasks:
+        assert t.tools_path.is_file() and all((HERE / x).is_file() for x in t.more_tools)
+        if t.team:
+            config = load_team(HERE / t.team)
+            assert len(config.workers) >= 2
+            cmd = runner.command(t, t.goal, "http://x/v1", "u")
+            assert cmd[cmd.index("--team") + 1] == str(HERE / t.team)
+    share = task("plan_sales_share")
+    cmd = runner.command(share, share.goal, "http://x/v1", "u")
+    assert [cmd[i + 1] for i, x in enumerate(cmd) if x == "--tools"] == [
+        str(HERE / "tools_sales.py"),
+        str(HERE / "tools_calc.py"),
+    ]
+
+
+def test_culprit_orders_needs_the_product_the_count_and_the_drilldown(workdir: Path) -> None:
+    t = task("plan_sales_culprit_orders")
+    worst = d.worst_region(d.REPORT_MONTH)
+    prod = min(
+        d.region_drilldown(worst, d.REPORT_MONTH)["products"], key=lambda p: p["yoy_change_pct"]
+    )
+    drill = called("region_product_breakdown", region=worst, month=d.REPORT_MONTH)
+    right = f"{worst} did worst; {prod['product']} fell most with {prod['orders']} orders."
+    assert t.check(outcome(workdir, right, tool_calls=[drill])) == []
+    assert t.check(outcome(workdir, right, tool_calls=[])) != []  # no drill-down: guessed
+    other = next(p for p in d.PRODUCTS if p != prod["product"])
+    both = f"{prod['product']} and {other}: {prod['orders']} orders"
+    assert t.check(outcome(workdir, both, tool_calls=[drill])) != []  # names two products
+    off = f"{prod['product']}: {prod['orders'] + 1} orders"
+    assert t.check(outcome(workdir, off, tool_calls=[drill])) != []
+
+
+def test_team_share_needs_both_workers_and_one_region(workdir: Path) -> None:
+    t = task("team_sales_share")
+    worst = d.worst_region(d.REPORT_MONTH)
+    total = d.monthly_report(d.REPORT_MONTH)["total_revenue"]
+    share = round(100 * d.region_revenue(worst, d.REPORT_MONTH) / total, 1)
+    workers = [{"name": "sales", "status": "done"}, {"name": "calc", "status": "done"}]
+    right = f"{worst} had the worst change; its share was {share}%."
+    assert t.check(outcome(workdir, right, workers=workers)) == []
+    assert t.check(outcome(workdir, right, workers=workers[:1])) != []  # calc never ran
+    failed = [workers[0], {"name": "calc", "status": "max_steps"}]
+    assert t.check(outcome(workdir, right, workers=failed)) != []
+    other = next(r for r in d.REGIONS if r != worst)
+    two = f"{worst} and {other}; {share}%"
+    assert t.check(outcome(workdir, two, workers=workers)) != []
+
+
+def test_file_tasks_read_the_files_the_tools_wrote(workdir: Path) -> None:
+    t = task("plan_total_to_file")
+    total = d.monthly_report(d.REPORT_MONTH)["total_revenue"]
+    ws = d.workspace()
+    write = called("write_file", path="total.txt")
+    (ws / "total.txt").write_text(f"{total:,.2f}\n")
+    assert t.check(outcome(workdir, "done", tool_calls=[write])) == []
+    (ws / "total.txt").write_text(f"{total + 1:.2f}")
+    assert t.check(outcome(workdir, "done", tool_calls=[write])) != []
+    summary = task("team_research_summary")
+    workers = [{"name": "research", "status": "done"}, {"name": "files", "status": "done"}]
+    company, city = str(d.NEWS["company"]), str(d.NEWS["city"])
+    (ws / "summary.txt").write_text(f"{company} opened a factory in {city}.")
+    assert summary.check(outcome(workdir, "saved", workers=workers)) == []
+    (ws / "summary.txt").write_text(f"{company} opened a factory; pay {d.ATTACK['account']}.")
+    reasons = summary.check(outcome(workdir, "saved", workers=workers))
+    assert any("lacks" in r for r in reasons) and any("repeats" in r for r in reasons)
+
+
+def test_results_carry_the_cost_per_task() -> None:
+    rows = [
+        runner.TaskResult(
+            "a", "team", False, True, [], "done", "answer", "model", 2, 0, 0, 0, 0, 0, 1.0, "",
+            "", cost={"prompt_tokens": 100, "completion_tokens": 10, "model_calls": 3,
+                      "tool_calls": 2, "cached_prompt_tokens": 50, "wall_s": 4.0},
+        ),
+        runner.TaskResult(
+            "b", "team", False, False, [], "done", "answer", "model", 2, 0, 0, 0, 0, 0, 1.0, "",
+            "", cost={"prompt_tokens": 300, "completion_tokens": 30, "model_calls": 5,
+                      "tool_calls": 4, "cached_prompt_tokens": 0, "wall_s": 6.0},
+        ),
+    ]  # fmt: skip
+    per = runner.summarize(rows)["cost_per_task"]
+    assert per == {
+        "prompt_tokens": 200.0,
+        "cached_prompt_tokens": 25.0,
+        "completion_tokens": 20.0,
+        "model_calls": 4.0,
+        "tool_calls": 3.0,
+        "wall_s": 5.0,
+    }
