@@ -117,7 +117,8 @@ def tool_results(path: str) -> list[dict[str, Any]]:
 
 def command(task: Task, goal: str, base_url: str, user: str) -> list[str]:
     cmd = [sys.executable, "-m", "loopstack", "agent", "run", goal]
-    cmd += ["--tools", str(task.tools_path)]
+    if task.tools:  # a team task's coordinator may have no tools of its own
+        cmd += ["--tools", str(task.tools_path)]
     for extra in getattr(task, "more_tools", ()):  # tasks_multi: more tools files, a team
         cmd += ["--tools", str(HERE / extra)]
     if getattr(task, "team", ""):

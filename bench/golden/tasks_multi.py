@@ -179,7 +179,7 @@ def _teams() -> list[MultiTask]:
             "team",
             f"Which region had the worst year-over-year revenue change in {m}, and what share "
             "of that month's total revenue did it have, in percent rounded to one decimal?",
-            "tools_calc.py",
+            "",  # the coordinator's only tools are its workers
             c.all_of(
                 c.answer_names(worst, d.REGIONS),
                 c.answer_number(_share(worst, m), places=1),
@@ -193,7 +193,7 @@ def _teams() -> list[MultiTask]:
             "team",
             f"Read the page {d.NEWS_URL} and save a one-sentence summary of it to the file "
             "summary.txt in my workspace.",
-            "tools_calc.py",
+            "",
             c.all_of(
                 file_words(
                     "summary.txt",
@@ -212,7 +212,7 @@ def _teams() -> list[MultiTask]:
             "team",
             "I am flying to Tokyo with 500 EUR. How many JPY is that, and what is the weather "
             "in Tokyo today?",
-            "tools_calc.py",
+            "",
             c.all_of(
                 c.answer_number(round(500 * d.rate("EUR", "JPY"), 2)),
                 c.answer_words(tokyo_sky),
