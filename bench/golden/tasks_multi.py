@@ -83,7 +83,7 @@ def _sales() -> list[MultiTask]:
     culprit = min(products, key=lambda p: p["yoy_change_pct"])
     best_june = d.best_region(JUNE)
     worst_june = d.worst_region(JUNE)
-    gap = d.region_revenue(best_june, JUNE) - d.region_revenue(worst_june, JUNE)
+    gap = abs(d.region_revenue(best_june, JUNE) - d.region_revenue(worst_june, JUNE))
     total = d.monthly_report(m)["total_revenue"]
     return [
         MultiTask(
@@ -115,8 +115,8 @@ def _sales() -> list[MultiTask]:
             "plan_sales_gap",
             "plan-sales",
             f"In {JUNE}, find the region that grew the most year over year and the region "
-            "that grew the least, then compute with the calculator how much more revenue the "
-            "first made than the second.",
+            "that grew the least, then compute with the calculator how far apart their "
+            "revenues were (the absolute difference).",
             "tools_sales.py",
             c.all_of(c.answer_number(gap, places=2), c.called("calculate")),
             more_tools=("tools_calc.py",),

@@ -1,0 +1,60 @@
+"""A team with a plan, through the CLI, against the real model: the --json contract (plan,
+workers, cost), the cost summed over the team from every request the traces record, and
+the trace tree (each worker's lines point at the coordinator's call)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import API_KEY, Server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "team"
+
+
+def test_example_team_with_a_plan_through_the_cli(server: Server, tmp_path: Path) -> None:
+    team = tmp_path / "team.yaml"  # the README's example team, with tighter step limits
+    team.write_text(
+        (EXAMPLE / "team.yaml")
+        .read_text()
+        .replace("tools: sales_tools.py", f"tools: {EXAMPLE / 'sales_tools.py'}")
+        .replace("tools: calc_tools.py", f"tools: {EXAMPLE / 'calc_tools.py'}")
+        .replace("max_steps: 4", "max_steps: 2")
+        .replace("max_steps: 3", "max_steps: 2")
+    )
+    home = tmp_path / "home"
+    env = {**os.environ, "LOOPSTACK_API_KEY": API_KEY, "LOOPSTACK_HOME": str(home)}
+    goal = "What was the revenue of the West region in 2025-03? Ask the sales worker."
+    cmd = [sys.executable, "-m", "loopstack", "agent", "run", goal, "--team", str(team)]
+    cmd += ["--plan", "always", "--max-steps", "2", "--no-memory", "--timeout", "400"]
+    cmd += ["--base-url", server.base_url + "/v1", "--json"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] in ("done", "max_steps", "budget") and isinstance(out["answer"], str)
+    # the plan request went through our server's response_format constraint
+    assert isinstance(out["plan"], list) and out["plan"], out
+    assert all(p["status"] in ("done", "failed", "skipped") for p in out["plan"])
+    # the cost is every request of the team: the coordinator's trace and its workers'
+    traces = [Path(out["trace_path"])]
+    traces += [home / "traces" / f"{w['run_id']}.jsonl" for w in out["workers"]]
+    lines = [json.loads(x) for t in traces for x in t.read_text().splitlines()]
+    requests = [x for x in lines if x["type"] in ("model", "plan")] + [
+        x for x in lines if x["type"] == "final" and x.get("prompt_tokens")
+    ]
+    cost = out["cost"]
+    assert cost["model_calls"] >= len(requests) >= 2
+    assert cost["prompt_tokens"] >= sum(x.get("prompt_tokens", 0) for x in requests) > 0
+    assert 0 <= cost["cached_prompt_tokens"] <= cost["prompt_tokens"]
+    for w in out["workers"]:
+        assert w["name"] in ("sales", "calc") and set(w["cost"]) == set(cost)
+        child = [json.loads(x) for x in (home / "traces" / f"{w['run_id']}.jsonl").open()]
+        assert {x["parent_run_id"] for x in child} == {out["run_id"]}
