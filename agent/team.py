@@ -120,6 +120,7 @@ class WorkerTool:
             "properties": {
                 "task": {
                     "type": "string",
+                    "minLength": 3,  # constrained decoding never sends an empty task
                     "description": f"the sub-task for {worker.name}, self-contained",
                 }
             },
