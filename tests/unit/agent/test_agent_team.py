@@ -258,3 +258,11 @@ async def test_spans_go_to_an_otlp_exporter_with_parent_ids() -> None:
     assert {a["loopstack.type"] for a in top} >= {"model", "tool", "final"}
     assert below and {a["loopstack.run_id"] for a in below} == {result.workers[0]["run_id"]}
     assert "agent.final" in {s.name for s in spans}
+
+
+async def test_an_empty_task_is_refused_before_any_worker_runs() -> None:
+    w = ScriptedModel([text("x")])
+    boss = ScriptedModel([call("w", task=""), text("x")], answer="x")
+    result = await coordinator(boss, [worker("w", w)]).run("Go")
+    assert tool_steps(result)[0].error_type == "invalid_arguments"
+    assert w.requests == [] and result.workers == []
