@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install serve test test-unit test-integration lint format bench bench-serving eval clean
+.PHONY: help install clients serve test test-unit test-integration lint format bench bench-serving eval clean
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
@@ -42,6 +42,16 @@ endif
 	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || echo "compileall: some files skipped"
 	touch $@
 
+# The agent frameworks the ecosystem tests drive as clients (requirements/clients.txt: current
+# releases by range) in a venv of their own, never resolved together with the server's pins.
+CLIENTS := .venv-clients
+clients: $(CLIENTS)/.installed
+
+$(CLIENTS)/.installed: requirements/clients.txt
+	rm -rf $(CLIENTS) && $(PYTHON) -m venv $(CLIENTS)
+	$(CLIENTS)/bin/pip install -q --no-compile -r requirements/clients.txt
+	touch $@
+
 serve: install
 	$(BIN)/loopstack serve
 
@@ -56,12 +66,16 @@ format: install
 # The model's one-time preparation (on a fresh machine: GGUF -> HF folder, ~75 s) starts first
 # and runs beside lint and the unit tests; the integration tests' server waits for it (a file
 # lock) and then finds it ready. A failed preparation is shown; the tests report it too.
+# The clients venv is made beside them too, under a lock the ecosystem tests wait on.
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
 	  prep=$$!; \
+	  flock $(CLIENTS).lock $(MAKE) -s clients > $(VENV)/clients.log 2>&1 & \
+	  clients=$$!; \
 	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
 	  rc=$$?; \
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
+	  wait $$clients || { echo "make clients failed:"; tail -20 $(VENV)/clients.log; }; \
 	  exit $$rc
 
 test-unit: install
@@ -88,4 +102,4 @@ eval: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.golden.run $(EVAL_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENTS) .pytest_cache .mypy_cache .ruff_cache
