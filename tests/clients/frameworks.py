@@ -54,12 +54,54 @@ def _run_items(result: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     return calls, outputs
 
 
-async def _run(agent: Any, question: str, max_turns: int) -> dict[str, Any]:
-    from agents import Runner
+# Said as the user once every tool has run (see _once_each).
+ANSWER_NOW = "Now answer my question in one sentence, using the tool results."
+
+
+def _once_each(tools: set[str]) -> Any:
+    """Run hooks that offer each of `tools` until it has run once (`is_enabled` for function
+    tools, a dynamic `tool_filter` for MCP ones); once all have run, the model is called
+    without tools and with one more user line, ANSWER_NOW (`RunConfig.call_model_input_filter`).
+
+    Without them the default 0.5B model fails both ways (temperature 0): offered a tool whose
+    result it already has, it calls it again on every turn (5 of 5 turns in 2 of 2 runs, the
+    same through the plain `openai` client with four different system prompts), and called
+    without tools right after the results, it repeats its last call as text (2 of 2 runs)."""
+    from agents import RunHooks
+    from agents.run_config import CallModelData, ModelInputData
+
+    class OnceEach(RunHooks[Any]):
+        def __init__(self) -> None:
+            self.used: set[str] = set()
+
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+            self.used.add(tool.name)
+
+        def enabled(self, name: str) -> Any:
+            return lambda ctx, agent: name not in self.used
+
+        def mcp_filter(self) -> Any:
+            return lambda ctx, tool: tool.name in tools and tool.name not in self.used
+
+        def input_filter(self, data: CallModelData[Any]) -> ModelInputData:
+            given = data.model_data
+            if not tools <= self.used:
+                return given
+            ask: Any = {"role": "user", "content": ANSWER_NOW}
+            return ModelInputData(input=[*given.input, ask], instructions=given.instructions)
+
+    return OnceEach()
+
+
+async def _run(agent: Any, question: str, max_turns: int, hooks: Any) -> dict[str, Any]:
+    from agents import RunConfig, Runner
     from agents.exceptions import MaxTurnsExceeded
 
+    config = RunConfig(call_model_input_filter=hooks.input_filter)
     try:
-        result = await Runner.run(agent, question, max_turns=max_turns)
+        result = await Runner.run(
+            agent, question, max_turns=max_turns, hooks=hooks, run_config=config
+        )
     except MaxTurnsExceeded as exc:  # reported, not hidden: the test fails on it
         data = exc.run_data
         calls, outputs = _run_items(data) if data is not None else ([], [])
@@ -77,8 +119,9 @@ async def agents_tools(model: str) -> dict[str, Any]:
     rng = random.SystemRandom()
     temperature, humidity = rng.randint(11, 29), rng.randint(41, 89)
     ran: list[dict[str, Any]] = []
+    hooks = _once_each({"get_temperature", "get_humidity"})
 
-    @function_tool
+    @function_tool(is_enabled=hooks.enabled("get_temperature"))
     def get_temperature(city: str) -> str:
         """The current air temperature in a city, in degrees Celsius.
 
@@ -88,7 +131,7 @@ async def agents_tools(model: str) -> dict[str, Any]:
         ran.append({"tool": "get_temperature", "city": city})
         return f"The temperature in {city} is {temperature} degrees Celsius."
 
-    @function_tool
+    @function_tool(is_enabled=hooks.enabled("get_humidity"))
     def get_humidity(city: str) -> str:
         """The current relative humidity in a city, in percent.
 
@@ -100,15 +143,11 @@ async def agents_tools(model: str) -> dict[str, Any]:
 
     agent = Agent(
         name="weather",
-        instructions=(
-            "You answer questions about the weather. Call get_temperature and get_humidity, "
-            "then answer in one sentence that states both numbers the tools returned."
-        ),
         tools=[get_temperature, get_humidity],
         model=OpenAIChatCompletionsModel(model=model, openai_client=_agents_setup()),
         model_settings=ModelSettings(temperature=0, max_tokens=96),
     )
-    out = await _run(agent, "What are the temperature and the humidity in Paris now?", 5)
+    out = await _run(agent, "What are the temperature and the humidity in Paris now?", 5, hooks)
     return {**out, "ran": ran, "returned": {"temperature": temperature, "humidity": humidity}}
 
 
@@ -118,21 +157,22 @@ async def agents_mcp(model: str, command: str) -> dict[str, Any]:
     from agents.mcp import MCPServerStdio
 
     params: Any = {"command": command, "args": ["--local-timezone", "UTC"]}
+    hooks = _once_each({"get_current_time"})
     async with MCPServerStdio(
-        params, name="time", cache_tools_list=True, client_session_timeout_seconds=60
+        params,
+        name="time",
+        cache_tools_list=True,
+        client_session_timeout_seconds=60,
+        tool_filter=hooks.mcp_filter(),
     ) as server:
-        tools = [t.name for t in await server.list_tools()]
+        tools = [t.name for t in (await server.session.list_tools()).tools]  # unfiltered
         agent = Agent(
             name="clock",
-            instructions=(
-                "You tell the time. Call get_current_time with the IANA timezone of the "
-                "city, then answer with the time the tool returned."
-            ),
             mcp_servers=[server],
             model=OpenAIChatCompletionsModel(model=model, openai_client=_agents_setup()),
             model_settings=ModelSettings(temperature=0, max_tokens=96),
         )
-        out = await _run(agent, "What time is it now in Tokyo?", 4)
+        out = await _run(agent, "What time is it now in Tokyo (timezone Asia/Tokyo)?", 4, hooks)
     return {**out, "mcp_tools": tools}
 
 
