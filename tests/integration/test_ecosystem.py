@@ -15,6 +15,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +48,53 @@ def clients_python() -> Path:
     return CLIENTS / "bin" / "python"
 
 
-def run_client(python: Path, server: Server, *args: str) -> dict[str, Any]:
+# The client runs of this module: command and arguments after the model's name.
+RUNS: dict[str, tuple[str, ...]] = {
+    "agents-tools": ("agents-tools",),
+    "agents-mcp": ("agents-mcp", str(TIME_SERVER)),
+    "langchain-auto": ("langchain-tools", "auto"),
+    "langchain-named": ("langchain-tools", "named"),
+}
+
+
+@dataclass
+class Run:
+    proc: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+
+
+@pytest.fixture(scope="module")
+def runs(
+    clients_python: Path, server: Server, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Run]]:
+    """Every client run of the module, started at once (the server batches their requests:
+    the module takes about as long as its slowest run); each test then judges its own."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env |= {"OPENAI_BASE_URL": server.base_url + "/v1", "OPENAI_API_KEY": API_KEY}
-    proc = subprocess.run(
-        [str(python), str(SCRIPT), *args, ],
-        env=env, capture_output=True, text=True, timeout=540, cwd=ROOT,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"{args[0]} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
-    out: dict[str, Any] = json.loads(proc.stdout)
+    folder = tmp_path_factory.mktemp("clients")
+    started: dict[str, Run] = {}
+    for name, (command, *rest) in RUNS.items():
+        out, err = folder / f"{name}.json", folder / f"{name}.err"
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            argv = [str(clients_python), str(SCRIPT), command, server.model, *rest]
+            proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, cwd=ROOT)
+        started[name] = Run(proc, out, err)
+    yield started
+    for run in started.values():
+        if run.proc.poll() is None:
+            run.proc.kill()
+        run.proc.wait()
+
+
+def finished(runs: dict[str, Run], name: str) -> dict[str, Any]:
+    run = runs[name]
+    try:
+        code = run.proc.wait(timeout=540)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} still running after 540 s:\n{run.err.read_text()[-4000:]}")
+    assert code == 0, f"{name} exited {code}:\n{run.err.read_text()[-4000:]}"
+    out: dict[str, Any] = json.loads(run.out.read_text())
     return out
 
 
@@ -63,8 +103,8 @@ def names_number(text: str, value: int) -> bool:
     return re.search(rf"(?<![\d.]){value}(?![\d])", text) is not None
 
 
-def test_openai_agents_sdk_two_function_tools(clients_python: Path, server: Server) -> None:
-    out = run_client(clients_python, server, "agents-tools", server.model)
+def test_openai_agents_sdk_two_function_tools(runs: dict[str, Run]) -> None:
+    out = finished(runs, "agents-tools")
     seen = f"{out['versions']}; calls {out['calls']}; final {out.get('final_output')!r}"
     assert "error" not in out, f"{out['error']}; {seen}"
     assert {r["tool"] for r in out["ran"]} == {"get_temperature", "get_humidity"}, seen
@@ -75,9 +115,9 @@ def test_openai_agents_sdk_two_function_tools(clients_python: Path, server: Serv
         assert names_number(final, value), f"the final answer lacks the {key} {value}; {seen}"
 
 
-def test_openai_agents_sdk_mcp_tool(clients_python: Path, server: Server) -> None:
+def test_openai_agents_sdk_mcp_tool(runs: dict[str, Run]) -> None:
     assert TIME_SERVER.exists(), f"{TIME_SERVER} missing: the dev extras install it"
-    out = run_client(clients_python, server, "agents-mcp", server.model, str(TIME_SERVER))
+    out = finished(runs, "agents-mcp")
     seen = f"{out['versions']}; calls {out['calls']}; final {out.get('final_output')!r}"
     assert "get_current_time" in out["mcp_tools"], out["mcp_tools"]
     assert "error" not in out, f"{out['error']}; {seen}"
@@ -104,8 +144,8 @@ def _text(output: Any) -> str:
 
 
 @pytest.mark.parametrize("mode", ["auto", "named"])
-def test_langchain_bind_tools(clients_python: Path, server: Server, mode: str) -> None:
-    out = run_client(clients_python, server, "langchain-tools", server.model, mode)
+def test_langchain_bind_tools(runs: dict[str, Run], mode: str) -> None:
+    out = finished(runs, f"langchain-{mode}")
     seen = f"{out['versions']}; {out['content']!r}; {out['tool_calls']}"
     assert out["chat_model"] == "ChatOpenAI"
     assert out["tool_calls"], f"no tool call in {mode} mode: {seen}"
