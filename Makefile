@@ -66,11 +66,12 @@ format: install
 # The model's one-time preparation (on a fresh machine: GGUF -> HF folder, ~75 s) starts first
 # and runs beside lint and the unit tests; the integration tests' server waits for it (a file
 # lock) and then finds it ready. A failed preparation is shown; the tests report it too.
-# The clients venv is made beside them too, under a lock the ecosystem tests wait on.
+# The clients venv is made beside them too, under a lock the ecosystem tests wait on (`make`,
+# not $(MAKE), which would make `make -n test` run this whole recipe).
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
 	  prep=$$!; \
-	  flock $(CLIENTS).lock $(MAKE) -s clients > $(VENV)/clients.log 2>&1 & \
+	  flock $(CLIENTS).lock make -s clients > $(VENV)/clients.log 2>&1 & \
 	  clients=$$!; \
 	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
 	  rc=$$?; \
