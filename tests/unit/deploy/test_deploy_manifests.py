@@ -124,11 +124,6 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-@pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict[str, Any]]]:
-    return {str(p.relative_to(ROOT)): kustomize(p) for p in KUSTOMIZATIONS}
-
-
 def strict(schema: Any) -> Any:
     """additionalProperties: false wherever a CRD lists properties and keeps no unknown
     fields - the API server prunes unknown fields, so a typo would vanish silently."""
@@ -354,16 +349,21 @@ def vllm_metric_names() -> set[str]:
     return names
 
 
-def test_dashboard_queries_only_metrics_that_exist() -> None:
-    dash = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
-    used = set(re.findall(r"\b(loopstack_[a-z_]+|vllm:[a-z0-9_]+)", " ".join(exprs)))
-    ours = set()
+def our_metric_names() -> set[str]:
+    """What our `/metrics` exports, read from serving.metrics."""
+    ours: set[str] = set()
     for kind_line in Metrics().render().decode().splitlines():
         if kind_line.startswith("# TYPE "):
             _, _, name, kind = kind_line.split()
             ours |= exposed(kind, name)
-    known = ours | vllm_metric_names()
+    return ours
+
+
+def test_dashboard_queries_only_metrics_that_exist() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = set(re.findall(r"\b(loopstack_[a-z_]+|vllm:[a-z0-9_]+)", " ".join(exprs)))
+    known = our_metric_names() | vllm_metric_names()
     assert used - known == set(), used - known
     for needed in ("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                    "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_bucket",
