@@ -58,10 +58,12 @@ def settings_env_names() -> set[str]:
 
 # ------------------------------------------------------------------------------- images
 DOCKERFILES = sorted((DEPLOY / "docker").glob("Dockerfile.*"))
+SERVERS = [p for p in DOCKERFILES if p.name != "Dockerfile.worker"]
 
 
-def test_there_are_two_images() -> None:
-    assert [p.name for p in DOCKERFILES] == ["Dockerfile.cpu", "Dockerfile.gpu"]
+def test_there_are_three_images() -> None:
+    names = [p.name for p in DOCKERFILES]
+    assert names == ["Dockerfile.cpu", "Dockerfile.gpu", "Dockerfile.worker"]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -70,7 +72,7 @@ def test_dockerfile_lints_clean(dockerfile: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", SERVERS, ids=lambda p: p.name)
 def test_dockerfile_runs_loopstack_as_non_root_with_a_healthcheck(dockerfile: Path) -> None:
     text = dockerfile.read_text()
     final = text[text.rindex("\nFROM ") :]  # the runtime stage
@@ -144,6 +146,12 @@ def strict(schema: Any) -> Any:
 CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): strict(
         json.loads((SCHEMAS / "keda-scaledobject-v1alpha1.json").read_text())
+    ),
+    ("monitoring.coreos.com/v1", "PodMonitor"): strict(
+        json.loads((SCHEMAS / "prometheus-operator-podmonitor-v1.json").read_text())
+    ),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): strict(
+        json.loads((SCHEMAS / "prometheus-operator-prometheusrule-v1.json").read_text())
     ),
 }
 
@@ -258,20 +266,29 @@ def test_the_topology_is_wired_together(
     assert "num_requests_waiting" in json.dumps(scalers[0]["spec"])
 
 
-def test_agent_memory_gives_each_shard_its_own_local_volume(
+def test_agent_memory_workers_share_one_postgres(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
+    """Issue 21: every worker pod points LOOPSTACK_MEMORY_URL at the same PostgreSQL; no
+    sharding by user, no per-pod SQLite volume."""
     docs = rendered["deploy/k8s/agent-memory"]
-    sts = by_kind(docs, "StatefulSet", "agent-memory")
-    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
-    assert claim["accessModes"] == ["ReadWriteOnce"]
-    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["LOOPSTACK_MEMORY_SHARDS"]["value"] == str(sts["spec"]["replicas"])
-    assert "pod-index" in env["LOOPSTACK_MEMORY_SHARD"]["valueFrom"]["fieldRef"]["fieldPath"]
-    from memory.config import MemorySettings
-
-    db = MemorySettings(path=env["LOOPSTACK_MEMORY_PATH"]["value"]).path
-    assert str(db).startswith("/data/")  # on the shard's volume
+    worker = by_kind(docs, "Deployment", "agent-worker")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in worker["containers"][0]["env"]}
+    url = env["LOOPSTACK_MEMORY_URL"]["value"]
+    svc = by_kind(docs, "Service", "postgres")
+    assert re.fullmatch(
+        rf"postgresql://\w+@{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}/\w+", url
+    ), url
+    assert "PGPASSWORD" in env and ":" not in url.split("@")[0].removeprefix("postgresql://")
+    assert not {n for n in env if n.startswith(("LOOPSTACK_MEMORY_SHARD", "LOOPSTACK_MEMORY_PATH"))}
+    assert "volumeClaimTemplates" not in by_kind(docs, "Deployment", "agent-worker")["spec"]
+    pg = by_kind(docs, "StatefulSet", "postgres")
+    assert pg["spec"]["replicas"] == 1  # one primary: the trial database
+    pg_env = {e["name"]: e for e in pg["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (
+        pg_env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        == (env["PGPASSWORD"]["valueFrom"]["secretKeyRef"])
+    )
 
 
 # ------------------------------------------------------------------------------ compose
@@ -315,7 +332,7 @@ def test_compose_profiles_and_monitoring_point_at_loopstack() -> None:
 
 
 # ------------------------------------------------------------------------------ grafana
-DASHBOARD = DEPLOY / "compose/grafana/dashboards/loopstack.json"
+DASHBOARD = DEPLOY / "k8s/components/monitoring/dashboards/loopstack.json"
 SUFFIXES = ("_total", "_bucket", "_sum", "_count")
 
 

@@ -291,7 +291,7 @@ def test_each_namespace_denies_by_default(rendered: dict[str, list[Doc]]) -> Non
         ("agent-worker", "postgres", 5432, True),
         ("STRANGER", "postgres", 5432, False),
         ("loopstack", "postgres", 5432, False),
-        ("STRANGER", "loopstack", 8000, True),  # the API itself: guarded by LOOPSTACK_API_KEY
+        ("OTHER_NS", "loopstack", 8000, True),  # the API itself: guarded by LOOPSTACK_API_KEY
         ("PROMETHEUS", "vllm", 8000, True),
         ("PROMETHEUS", "vllm-router", 8000, True),
         ("PROMETHEUS", "loopstack", 8000, True),
