@@ -6,6 +6,7 @@ No docker daemon runs here: `make -n` shows what the target would do."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -29,6 +30,7 @@ def make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )  # fmt: skip
 
 
+@functools.cache
 def planned_builds(*args: str) -> dict[str, str]:
     """tag -> Dockerfile, from the commands `make -n images` would run."""
     out = make("-n", "images", *args)

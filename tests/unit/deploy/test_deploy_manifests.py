@@ -479,8 +479,49 @@ ThreadingHTTPServer(("127.0.0.1", int(os.environ["LOOPSTACK_PORT"])), Handler).s
 '''
 
 
+FAKE_DOCKER = '''#!{python}
+"""`docker` for the smoke test: info/build succeed (logged to $FAKE_DOCKER_LOG); `run -d`
+starts FAKE_LOOPSTACK on the published port with the -e variables; inspect/logs/rm -f act
+on that process."""
+import os, signal, subprocess, sys
+
+log, state = os.environ["FAKE_DOCKER_LOG"], os.environ["FAKE_DOCKER_LOG"] + ".pid"
+args = sys.argv[1:]
+with open(log, "a") as fh:
+    fh.write(" ".join(args) + "\\n")
+
+
+def alive():
+    try:
+        os.kill(int(open(state).read()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+if args[0] == "run":
+    env = dict(os.environ)
+    port = None
+    for flag, value in zip(args, args[1:]):
+        if flag == "-p":
+            port = value.split(":")[1]
+        if flag == "-e":
+            name, _, val = value.partition("=")
+            env[name] = val if "=" in value else os.environ.get(name, "")
+    env["LOOPSTACK_PORT"] = port
+    proc = subprocess.Popen([os.environ["FAKE_LOOPSTACK"], "serve"], env=env)
+    open(state, "w").write(str(proc.pid))
+    print("fakecontainer")
+elif args[0] == "inspect":
+    print("true" if alive() else "false")
+elif args[0] == "rm" and alive():
+    os.kill(int(open(state).read()), signal.SIGKILL)
+'''
+
+
 def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:
-    """A PATH with a fake nvidia-smi and a venv whose `loopstack` is FAKE_LOOPSTACK."""
+    """A PATH with a fake nvidia-smi and docker, and a venv whose `loopstack` is
+    FAKE_LOOPSTACK."""
     import os
 
     bin_dir, venv_bin = tmp / "bin", tmp / "venv" / "bin"
@@ -490,6 +531,7 @@ def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:
         bin_dir / "nvidia-smi": "#!/bin/sh\necho 'name, memory.total'\necho 'Fake GPU, 1 MiB'\n",
         venv_bin / "python": f'#!/bin/sh\nexec "{sys.executable}" "$@"\n',
         venv_bin / "loopstack": FAKE_LOOPSTACK.format(python=sys.executable),
+        bin_dir / "docker": FAKE_DOCKER.format(python=sys.executable),
     }
     for path, text in scripts.items():
         path.write_text(text)
@@ -503,6 +545,8 @@ def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:
         "SMOKE_VALIDITY_LIMIT": "1",
         "RESULTS": str(tmp / "results"),
         "PORT": str(free_port()),
+        "FAKE_DOCKER_LOG": str(tmp / "docker.log"),
+        "FAKE_LOOPSTACK": str(venv_bin / "loopstack"),
     }
     env.pop("LOOPSTACK_API_KEY", None)
     return env, tmp / "results"
@@ -524,6 +568,13 @@ def test_gpu_smoke_runs_every_step_reports_failures_and_stops_its_server(tmp_pat
     assert steps["serve"] == "ok"
     assert steps["tool_validity"] == steps["constraint_cost"] == "ok"  # they ran...
     assert steps["agents"].startswith("FAILED (exit 2)")  # the fake has no `bench agents`
+    # the GPU image: built from Dockerfile.gpu, run on the GPU, healthy, refused the tool call
+    assert steps["image"].startswith("FAILED (exit"), steps["image"]
+    docker = (tmp_path / "docker.log").read_text()
+    assert "build -f deploy/docker/Dockerfile.gpu -t loopstack:" in docker
+    assert re.search(r"^run -d .*--gpus all .*-p 127\.0\.0\.1:\d+:8000", docker, re.M)
+    assert "healthy; asking for a tool call" in (results / "image.out").read_text()
+    assert docker.rstrip().splitlines()[-1].startswith("rm -f")  # the container is removed
     summary = (results / "summary.txt").read_text()
     assert "PROBLEM: tool_validity: no request was answered" in summary  # ...but got nothing
     assert "PROBLEM: constraint_cost: no successful pair" in summary
