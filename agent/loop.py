@@ -18,6 +18,7 @@ a token or wall-clock limit answers from the observations without another model 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -94,6 +95,7 @@ class Agent:
         on_text: Callable[[str], None] | None = None,
         tool_nudge: bool = True,
         answer_options: final_answer.AnswerOptions | None = None,
+        answer_arms: Iterable[tuple[str, final_answer.AnswerOptions]] = (),
     ) -> None:
         self.client = client
         self.model = model
@@ -113,6 +115,7 @@ class Agent:
         # asked once more with tool_choice="required": small models guess instead of looking
         self.tool_nudge = tool_nudge
         self.answer_options = answer_options or final_answer.AnswerOptions()
+        self.answer_arms = tuple(answer_arms)  # measurement only: see _shadow_answers
         self._approval_lock = asyncio.Lock()
         self.last_trace_path: Path | None = None
 
@@ -497,6 +500,7 @@ class Agent:
         prompt = completion = 0
         forced = True
         repairs: tuple[str, ...] = ()
+        arms: tuple[tuple[str, str], ...] = ()
         if reason == "answer" and (self.text_answers == "accept" or not self.tools.names()):
             answer, forced = text.strip(), False
         elif reason in ("tokens", "wall_clock", "model_error"):
@@ -512,6 +516,7 @@ class Agent:
                     if self.on_text is not None and fixed.answer != answer:
                         self.on_text(f"\n(corrected from the tool results) {fixed.answer}")
                 answer, repairs = fixed.answer, fixed.problems
+                arms = await self._shadow_answers(state, reason)
             except AgentError as exc:
                 if state.elapsed() >= self.limits.wall_clock_s:
                     reason, status = "wall_clock", STATUS_OF["wall_clock"]
@@ -531,7 +536,32 @@ class Agent:
             prompt_tokens=prompt,
             completion_tokens=completion,
             repairs=repairs,
+            arms=arms,
         )
+
+    async def _shadow_answers(
+        self, state: AgentState, reason: Reason
+    ) -> tuple[tuple[str, str], ...]:
+        """Measurement only (``LOOPSTACK_AGENT_ANSWER_ARMS``): the final answer asked again
+        under each other way of asking, on the same state, recorded in the trace and never
+        shown; their tokens are not charged to the run."""
+        out = []
+        kept, usage = self.answer_options, dataclasses.replace(state.usage)
+        try:
+            for name, options in self.answer_arms:
+                self.answer_options = options
+                try:
+                    text, _, _ = await final_answer.request(
+                        self, state, reason, deadline=self._remaining(state, floor=0.5)
+                    )
+                except AgentError as exc:
+                    text = f"(arm failed: {exc.message})"
+                out.append(
+                    (name, grounding.repair(text, state, frozenset(self.tools.names())).answer)
+                )
+        finally:
+            self.answer_options, state.usage = kept, usage
+        return tuple(out)
 
     async def _write_back(self, state: AgentState) -> None:
         assert self.memory is not None
