@@ -381,8 +381,10 @@ def spread(paths: list[Path]) -> str:
     lines = [
         f"runs: {len(runs)}; passed per run {totals} of {[len(r) for r in runs]}; "
         f"min {min(totals)}, max {max(totals)}",
-        *[f"shadow arm {a}: passed per run {v} (same runs, answer asked that way)"
-          for a, v in per_arm.items()],  # fmt: skip
+        *[
+            f"shadow arm {a}: passed per run {v} (same runs, answer asked that way)"
+            for a, v in per_arm.items()
+        ],
         "",
         "| category | passed per run |",
         "|---|---|",
@@ -390,9 +392,11 @@ def spread(paths: list[Path]) -> str:
         "",
         "| task | passed in |",
         "|---|---|",
-        *[f"| {i} | {sum(bool(run.get(i) and run[i].passed) for run in runs)}/{len(runs)} |"
-          for i in ids],
-    ]  # fmt: skip
+        *[
+            f"| {i} | {sum(bool(run.get(i) and run[i].passed) for run in runs)}/{len(runs)} |"
+            for i in ids
+        ],
+    ]
     return "\n".join(lines) + "\n"
 
 
