@@ -428,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.recheck:
         results = recheck(args.recheck.resolve())
+        lines = "".join(json.dumps(asdict(r)) + "\n" for r in results)
+        (args.recheck / "results.jsonl").write_text(lines)  # the verdicts of today's checkers
         print(write_report(args.recheck.resolve(), results, "(recheck)"))
         return 0
 
