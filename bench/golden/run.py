@@ -231,6 +231,8 @@ def check(task: Task, r: TaskResult, workdir: Path, stderr: str = "") -> c.Outco
         tool_results=r.calls,
     )
     r.reasons = c.contract(o) + (task.check(o) if o.out is not None else [])
+    if o.status == "error":  # a best-effort answer after the endpoint failed solves nothing
+        r.reasons.append(f"the run ended in error: {o.answer[:120]!r}")
     r.passed = not r.reasons
     for arm, text in r.arms.items():  # the same run, judged with the arm's answer instead
         alt = dataclasses.replace(o, out={**(o.out or {}), "answer": text})
