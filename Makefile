@@ -14,11 +14,12 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install clients serve test test-unit test-integration lint format bench bench-serving eval clean
+.PHONY: help install clients serve test test-unit test-integration lint format bench bench-serving eval images clean
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
 	@echo "make test    - install, lint, then run unit + integration tests (real model)"
+	@echo "make images  - build the container images (REGISTRY=host/team also pushes them)"
 	@echo "make lint    - ruff + mypy";  echo "make bench   - agent load sweep against a running server (bench-serving: the rest)"
 
 install: $(STAMP)
@@ -101,6 +102,26 @@ bench-serving: install
 EVAL_ARGS ?=
 eval: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.golden.run $(EVAL_ARGS)
+
+# Every image the deploy/ manifests reference, tagged from the project version:
+# loopstack:V-gpu, loopstack:V-cpu, loopstack-agent-worker:V. REGISTRY=host/team tags them
+# as REGISTRY/NAME:TAG too and pushes them. Needs a running Docker daemon.
+DOCKER   ?= docker
+VERSION  := $(shell $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
+REGISTRY ?=
+images:
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make images: no Docker daemon answers ('$(DOCKER) info' failed): start Docker, or set DOCKER= to a working client" >&2; exit 1; }
+	$(DOCKER) build -f deploy/docker/Dockerfile.gpu -t loopstack:$(VERSION)-gpu .
+	$(DOCKER) build -f deploy/docker/Dockerfile.cpu -t loopstack:$(VERSION)-cpu .
+	$(DOCKER) build -f deploy/docker/Dockerfile.worker --build-arg LOOPSTACK_IMAGE=loopstack:$(VERSION)-cpu -t loopstack-agent-worker:$(VERSION) .
+ifneq ($(REGISTRY),)
+	$(DOCKER) tag loopstack:$(VERSION)-gpu $(REGISTRY)/loopstack:$(VERSION)-gpu
+	$(DOCKER) push $(REGISTRY)/loopstack:$(VERSION)-gpu
+	$(DOCKER) tag loopstack:$(VERSION)-cpu $(REGISTRY)/loopstack:$(VERSION)-cpu
+	$(DOCKER) push $(REGISTRY)/loopstack:$(VERSION)-cpu
+	$(DOCKER) tag loopstack-agent-worker:$(VERSION) $(REGISTRY)/loopstack-agent-worker:$(VERSION)
+	$(DOCKER) push $(REGISTRY)/loopstack-agent-worker:$(VERSION)
+endif
 
 clean:
 	rm -rf $(VENV) $(CLIENTS) .pytest_cache .mypy_cache .ruff_cache

@@ -25,6 +25,8 @@ from typing import Any
 import typer
 from openai import AsyncOpenAI
 
+from agent import examples
+from agent.answer import AnswerOptions
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
 from agent.loop import Agent
@@ -119,12 +121,33 @@ async def build_agent(
             text_answers=settings.text_answers,
             tool_nudge=settings.tool_nudge,
             otel_endpoint=settings.otel_endpoint,
+            answer_options=_answer_options(settings, registry.names()),
+            answer_arms=[
+                (arm.partition("=")[0], _answer_options(settings, registry.names(), arm))
+                for arm in filter(None, settings.answer_arms.split(","))
+            ],
         )
         if settings.tokenizer:
             from agent.context import TokenCounter
 
             agent.counter = TokenCounter(settings.tokenizer)
         yield agent
+
+
+def _answer_options(
+    settings: AgentSettings, tools: list[str], arm: str | None = None
+) -> AnswerOptions:
+    """How the final answer is asked: the settings, or for a measurement arm (``typed``,
+    ``samples``, ``examples=FILE``) the defaults with only that one option on."""
+    if arm is None:
+        typed, samples, file = settings.answer_typed, settings.answer_samples, settings.examples
+    else:
+        kind, _, file_arg = arm.partition("=")
+        if kind not in ("typed", "samples", "examples") or (kind == "examples") != bool(file_arg):
+            raise ConfigError(f"unknown answer arm {arm!r}: typed, samples or examples=FILE")
+        typed, samples, file = kind == "typed", 5 if kind == "samples" else 1, file_arg or None
+    shown = examples.render(examples.load(file), tools) if file else ""
+    return AnswerOptions(typed=typed, samples=samples, examples=shown)
 
 
 def _approve_dangerous(fallback: Approver | None) -> Approver:

@@ -18,6 +18,7 @@ a token or wall-clock limit answers from the observations without another model 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -29,6 +30,7 @@ import openai
 from openai import AsyncOpenAI
 
 from agent import answer as final_answer
+from agent import grounding
 from agent.context import (
     TokenCounter,
     build_messages,
@@ -92,6 +94,8 @@ class Agent:
         otel_endpoint: str | None = None,
         on_text: Callable[[str], None] | None = None,
         tool_nudge: bool = True,
+        answer_options: final_answer.AnswerOptions | None = None,
+        answer_arms: Iterable[tuple[str, final_answer.AnswerOptions]] = (),
     ) -> None:
         self.client = client
         self.model = model
@@ -110,6 +114,8 @@ class Agent:
         # a text reply before any tool call (and without a memory block to answer from) is
         # asked once more with tool_choice="required": small models guess instead of looking
         self.tool_nudge = tool_nudge
+        self.answer_options = answer_options or final_answer.AnswerOptions()
+        self.answer_arms = tuple(answer_arms)  # measurement only: see _shadow_answers
         self._approval_lock = asyncio.Lock()
         self.last_trace_path: Path | None = None
 
@@ -306,10 +312,10 @@ class Agent:
         # client sends as is, instead of through its per-request type transform, whose cost
         # grows with the history (~30 ms a step at 50 steps; see bench/agent_overhead.py).
         plain = {k: kw.pop(k) for k in ("messages", "tools") if k in kw}
+        kw.setdefault("temperature", 0)  # greedy, unless a caller samples on purpose
         request = self.client.chat.completions.create(
             model=self.model,
             messages=[],
-            temperature=0,
             extra_headers={"x-request-id": trace_id, "x-session-id": trace_id.split(".")[0]},
             extra_body=plain,
             **kw,
@@ -493,6 +499,8 @@ class Agent:
         status = STATUS_OF[reason]
         prompt = completion = 0
         forced = True
+        repairs: tuple[str, ...] = ()
+        arms: tuple[tuple[str, str], ...] = ()
         if reason == "answer" and (self.text_answers == "accept" or not self.tools.names()):
             answer, forced = text.strip(), False
         elif reason in ("tokens", "wall_clock", "model_error"):
@@ -502,6 +510,13 @@ class Agent:
                 answer, prompt, completion = await final_answer.request(
                     self, state, reason, deadline=self._remaining(state, floor=0.5)
                 )
+                fixed = grounding.repair(answer, state, frozenset(self.tools.names()))
+                if fixed.problems:
+                    logger.info("[trace_id=%s] final answer repaired: %s", state.run_id, fixed)
+                    if self.on_text is not None and fixed.answer != answer:
+                        self.on_text(f"\n(corrected from the tool results) {fixed.answer}")
+                answer, repairs = fixed.answer, fixed.problems
+                arms = await self._shadow_answers(state, reason)
             except AgentError as exc:
                 if state.elapsed() >= self.limits.wall_clock_s:
                     reason, status = "wall_clock", STATUS_OF["wall_clock"]
@@ -520,7 +535,33 @@ class Agent:
             latency_s=time.perf_counter() - t0,
             prompt_tokens=prompt,
             completion_tokens=completion,
+            repairs=repairs,
+            arms=arms,
         )
+
+    async def _shadow_answers(
+        self, state: AgentState, reason: Reason
+    ) -> tuple[tuple[str, str], ...]:
+        """Measurement only (``LOOPSTACK_AGENT_ANSWER_ARMS``): the final answer asked again
+        under each other way of asking, on the same state, recorded in the trace and never
+        shown; their tokens are not charged to the run."""
+        out = []
+        kept, usage = self.answer_options, dataclasses.replace(state.usage)
+        try:
+            for name, options in self.answer_arms:
+                self.answer_options = options
+                try:
+                    text, _, _ = await final_answer.request(
+                        self, state, reason, deadline=self._remaining(state, floor=0.5)
+                    )
+                except AgentError as exc:
+                    text = f"(arm failed: {exc.message})"
+                out.append(
+                    (name, grounding.repair(text, state, frozenset(self.tools.names())).answer)
+                )
+        finally:
+            self.answer_options, state.usage = kept, usage
+        return tuple(out)
 
     async def _write_back(self, state: AgentState) -> None:
         assert self.memory is not None

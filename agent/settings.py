@@ -63,6 +63,20 @@ class AgentSettings(BaseSettings):
         default=True,
         description="a text reply before any tool call is asked again with tool_choice=required",
     )
+    answer_typed: bool = Field(
+        default=False, description="final answer with a typed value chosen from the question"
+    )
+    answer_samples: int = Field(
+        default=1, ge=1, le=16, description="self-consistency: samples of the final answer"
+    )
+    examples: str | None = Field(
+        default=None, description="JSON file of worked examples (bench.golden.bootstrap)"
+    )
+    answer_arms: str = Field(
+        default="",
+        description="measurement only: comma list of typed, samples, examples - the final "
+        "answer is also asked that way on the same state and recorded in the trace",
+    )
     model: str | None = Field(default=None, description="default: first chat model listed")
     tokenizer: str | None = Field(default=None, description="local HF folder for counting")
     otel_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint")

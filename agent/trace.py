@@ -89,6 +89,10 @@ def step_line(run_id: str, step: Step) -> dict[str, Any]:
             "prompt_tokens": step.prompt_tokens,
             "completion_tokens": step.completion_tokens,
         }
+        if step.repairs:
+            base["repairs"] = list(step.repairs)
+        if step.arms:
+            base["arms"] = dict(step.arms)
     elif isinstance(step, ErrorStep):
         base |= {"type": "error", "message": step.message[:1000]}
     return base

@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from bench.golden import data
+from bench.golden import data, reading
 
 STATUSES = ("done", "max_steps", "budget", "error")
 
@@ -28,6 +28,9 @@ class Outcome:
     max_steps: int
     elapsed_s: float = 0.0
     earlier: list[Outcome] = field(default_factory=list)  # setup sessions, same --user
+    started_at: float = 0.0  # wall-clock time (epoch s) the checked session started...
+    finished_at: float = 0.0  # ...and ended: time-of-day checks read these, not "now"
+    tool_results: list[dict[str, Any]] = field(default_factory=list)  # the trace's tool lines
 
     @property
     def answer(self) -> str:
@@ -73,11 +76,6 @@ def contract(o: Outcome) -> list[str]:
     return errors
 
 
-def _numbers(text: str) -> list[float]:
-    text = re.sub(r"(?<=\d)[,\u202f\u00a0](?=\d{3}\b)", "", text)
-    return [float(m) for m in re.findall(r"-?\d+(?:\.\d+)?", text)]
-
-
 def all_of(*checks: Check) -> Check:
     def check(o: Outcome) -> list[str]:
         return [reason for c in checks for reason in c(o)]
@@ -85,40 +83,117 @@ def all_of(*checks: Check) -> Check:
     return check
 
 
-def status_is(*allowed: str) -> Check:
-    def check(o: Outcome) -> list[str]:
-        return [] if o.status in allowed else [f"status {o.status!r}, wanted {allowed}"]
-
-    return check
+def _quote(o: Outcome) -> str:
+    return repr(o.answer[:160])
 
 
-def answer_has(*words: str) -> Check:
-    """Each word (case-insensitive) appears in the answer; 'a|b' accepts either."""
-
-    def check(o: Outcome) -> list[str]:
-        low = o.answer.lower()
-        missing = [w for w in words if not any(alt.lower() in low for alt in w.split("|"))]
-        return [f"answer lacks {missing}: {o.answer[:160]!r}"] if missing else []
-
-    return check
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(b))
 
 
-def answer_lacks(*words: str) -> Check:
-    def check(o: Outcome) -> list[str]:
-        found = [w for w in words if w.lower() in o.answer.lower()]
-        return [f"answer has {found}"] if found else []
-
-    return check
-
-
-def answer_number(value: float, tol: float = 0.01) -> Check:
-    """Some number in the answer is within ``tol`` (relative, at least 0.01 absolute)."""
+def answer_number(value: float, places: int | None = None) -> Check:
+    """Some number in the answer, read as a whole number, equals ``value`` exactly. Only a
+    task whose question asks for rounding passes ``places``: then the value rounded to that
+    many decimals is accepted too."""
 
     def check(o: Outcome) -> list[str]:
-        margin = max(abs(value) * tol, 0.01)
-        if any(abs(n - value) <= margin for n in _numbers(o.answer)):
+        want = [value] if places is None else [value, round(value, places)]
+        if any(_same(n, w) for n in reading.numbers(o.answer) for w in want):
             return []
-        return [f"answer lacks {value:g}: {o.answer[:160]!r}"]
+        return [f"answer lacks {value:g}: {_quote(o)}"]
+
+    return check
+
+
+def answer_change(value: float) -> Check:
+    """The answer states the change with its sign: ``-0.7%`` or "fell by 0.7 percent"."""
+
+    def check(o: Outcome) -> list[str]:
+        if any(_same(n, value) for n in reading.signed_changes(o.answer)):
+            return []
+        return [f"answer lacks the change {value:+g}: {_quote(o)}"]
+
+    return check
+
+
+def answer_names(expected: str, candidates: Iterable[str]) -> Check:
+    """A "which X" answer: it names ``expected`` and no other candidate (one mentioned only
+    as the other side of a comparison, "warmer than Oslo", does not count)."""
+    others = [c for c in candidates if c.lower() != expected.lower()]
+
+    def check(o: Outcome) -> list[str]:
+        text = o.answer
+        for other in others:  # "than Oslo", "than in Oslo", "than Oslo's"
+            text = re.sub(
+                rf"\bthan\s+(?:in\s+|that of\s+)?{re.escape(other)}\b", "", text, flags=re.I
+            )
+        named = reading.names(text, [expected, *others])
+        errors = []
+        if expected not in named:
+            errors.append(f"answer does not name {expected}: {_quote(o)}")
+        wrong = [n for n in named if n != expected]
+        if wrong:
+            errors.append(f"answer also names {wrong}: {_quote(o)}")
+        return errors
+
+    return check
+
+
+def answer_words(*words: str | tuple[str, ...]) -> Check:
+    """Each word appears as a whole word (case-insensitive); a tuple accepts any of its
+    wordings (``("sunny", "sun", "sunshine")``)."""
+
+    def check(o: Outcome) -> list[str]:
+        missing = [
+            w for w in words if not reading.names(o.answer, (w,) if isinstance(w, str) else w)
+        ]
+        return [f"answer lacks {missing}: {_quote(o)}"] if missing else []
+
+    return check
+
+
+def answer_lacks(*phrases: str) -> Check:
+    """None of the phrases appears (case-insensitive), e.g. an injected instruction."""
+
+    def check(o: Outcome) -> list[str]:
+        found = [p for p in phrases if p.lower() in o.answer.lower()]
+        return [f"answer has {found}: {_quote(o)}"] if found else []
+
+    return check
+
+
+def answer_date(day: date) -> Check:
+    """The answer writes that date, in any common format (the year may be left out)."""
+
+    def check(o: Outcome) -> list[str]:
+        for year, month, d in reading.dates(o.answer):
+            if (month, d) == (day.month, day.day) and year in (None, day.year):
+                return []
+        return [f"answer lacks the date {day.isoformat()}: {_quote(o)}"]
+
+    return check
+
+
+def answer_time(hour: int, minute: int) -> Check:
+    """The answer writes that clock time (``07:00``, ``7:00 AM``; ``17:00`` is not 07:00)."""
+
+    def check(o: Outcome) -> list[str]:
+        if (hour, minute) in reading.clock_times(o.answer):
+            return []
+        return [f"answer lacks the time {hour:02d}:{minute:02d}: {_quote(o)}"]
+
+    return check
+
+
+def answer_yes(expected: bool) -> Check:
+    """A yes/no question, negation read: "No, there is no chance of rain" is a no."""
+
+    def check(o: Outcome) -> list[str]:
+        said = reading.polarity(o.answer)
+        if said is expected:
+            return []
+        word = {True: "yes", False: "no", None: "neither yes nor no"}[said]
+        return [f"answer says {word}, wanted {'yes' if expected else 'no'}: {_quote(o)}"]
 
     return check
 
@@ -174,11 +249,15 @@ def file_lines_are(path: str, lines: Iterable[str]) -> Check:
     return check
 
 
-def tool_failed_cleanly(name: str) -> Check:
+def tool_failed_cleanly(name: str, goal: str) -> Check:
     """The failing tool was called, its failure came back structured, the run still ended
-    with a status (no crash) and the answer does not invent a value."""
+    with a status (no crash), and the answer says the value could not be had instead of
+    inventing one: it writes no number that is neither in the question nor in a tool's
+    result (an error's "HTTP 503" may be quoted)."""
 
     def check(o: Outcome) -> list[str]:
+        seen = " ".join(str(r.get("result_summary", "")) for r in o.tool_results)
+        allowed = reading.numbers(goal) + reading.numbers(seen)
         errors = []
         calls = o.calls(name)
         if not calls:
@@ -189,22 +268,52 @@ def tool_failed_cleanly(name: str) -> Check:
             errors.append(f"unclear status {o.status!r}")
         if o.returncode not in (0, 1):
             errors.append(f"exit code {o.returncode}")
+        invented = [n for n in reading.numbers(o.answer) if not any(_same(n, a) for a in allowed)]
+        if invented:
+            errors.append(f"answer states values no tool returned {invented}: {_quote(o)}")
+        if not re.search(FAILURE_WORDS, o.answer, re.IGNORECASE):
+            errors.append(f"answer does not say the tool failed: {_quote(o)}")
         return errors
 
     return check
+
+
+FAILURE_WORDS = (
+    r"\b(unavailable|not available|error|fail(?:ed|s|ure)?|could not|couldn't|cannot|can't|"
+    r"unable|timed? ?out|no (?:stock )?(?:price|quote|data)|not (?:get|retrieve|obtain|fetch))"
+)
 
 
 def earlier_sessions_ok(o: Outcome) -> list[str]:
     return [f"setup session: {r}" for e in o.earlier for r in contract(e)]
 
 
-def tokyo_time_in_answer(o: Outcome) -> list[str]:
-    """The answer names the current hour in Tokyo (checked at check time, +-1 hour)."""
-    now = datetime.now(ZoneInfo("Asia/Tokyo"))
-    hours = {(now + timedelta(hours=d)).hour for d in (-1, 0, 1)}
-    found = {int(h) for h in re.findall(r"\b(\d{1,2}):\d{2}", o.answer)}
-    found |= {int(h) for h in re.findall(r"T(\d{2}):\d{2}", o.answer)}
-    twelve = {h % 12 for h in found}
-    if found & hours or twelve & {h % 12 for h in hours}:
-        return []
-    return [f"answer lacks the Tokyo hour {sorted(hours)}: {o.answer[:160]!r}"]
+def time_in_zone(zone: str, slack_s: float = 120.0) -> Check:
+    """The answer gives the time of day in ``zone`` as it was while the session ran (give
+    or take ``slack_s``); an hour written without AM/PM may be read either way."""
+
+    def check(o: Outcome) -> list[str]:
+        tz = ZoneInfo(zone)
+        start = datetime.fromtimestamp(o.started_at - slack_s, tz)
+        end = datetime.fromtimestamp(o.finished_at + slack_s, tz)
+        for h, m in reading.clock_times(o.answer, twelve_hour_guess=True):
+            minutes = h * 60 + m
+            lo, hi = start.hour * 60 + start.minute, end.hour * 60 + end.minute
+            if lo <= minutes <= hi or (hi < lo and (minutes >= lo or minutes <= hi)):
+                return []
+        return [f"answer lacks the {zone} time {start:%H:%M}-{end:%H:%M}: {_quote(o)}"]
+
+    return check
+
+
+def answer_converted_time(hour: int, minute: int, source: str, target: str) -> Check:
+    """The answer gives ``hour:minute`` in ``source`` converted to ``target`` on the day the
+    session ran (daylight saving decides the offset)."""
+
+    def check(o: Outcome) -> list[str]:
+        day = datetime.fromtimestamp(o.started_at or o.finished_at, ZoneInfo(source)).date()
+        at = datetime(day.year, day.month, day.day, hour, minute, tzinfo=ZoneInfo(source))
+        want = at.astimezone(ZoneInfo(target))
+        return answer_time(want.hour, want.minute)(o)
+
+    return check

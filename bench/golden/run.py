@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.golden import checks as c
+from bench.golden.practice import practice_tasks
 from bench.golden.tasks import Task, all_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +33,8 @@ RUN_TIMEOUT_S = float(os.environ.get("GOLDEN_RUN_TIMEOUT_S", "900"))  # per CLI 
 
 @dataclass
 class TaskResult:
+    """One task's run as recorded: enough to re-check it later with `--recheck`."""
+
     id: str
     category: str
     fast: bool
@@ -38,16 +42,26 @@ class TaskResult:
     reasons: list[str]
     status: str
     reason: str  # the CLI's own word for why the run ended (done, max_steps, model_error...)
+    answered_by: str  # "model": it answered on its own; "host": the host forced the answer
     steps: int
     prompt_tokens: int
     completion_tokens: int
+    model_calls: int
     tool_calls: int
     tool_errors: int
     elapsed_s: float
-    answer: str
+    answer: str  # in full
     trace_path: str
     sessions: int = 1
-    calls: list[str] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)  # name, arguments, status, result
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    out: dict[str, Any] | None = None  # the CLI's JSON line
+    earlier: list[dict[str, Any] | None] = field(default_factory=list)  # setup sessions' lines
+    returncode: int = 0
+    repairs: list[str] = field(default_factory=list)  # what the host corrected in the answer
+    arms: dict[str, str] = field(default_factory=dict)  # the answer asked other ways (shadow)
+    arm_passed: dict[str, bool] = field(default_factory=dict)  # each judged like the answer
 
 
 def parse_last_json(stdout: str) -> dict[str, Any] | None:
@@ -61,25 +75,44 @@ def parse_last_json(stdout: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def trace_stats(path: str) -> dict[str, int]:
-    """Tokens and tool errors from a run's JSONL trace (``type`` model, final, tool lines)."""
-    stats = {"prompt_tokens": 0, "completion_tokens": 0, "tool_errors": 0, "model_calls": 0}
+def trace_lines(path: str) -> list[dict[str, Any]]:
     if not path or not Path(path).is_file():
-        return stats
+        return []
+    lines = []
     for line in Path(path).read_text(errors="replace").splitlines():
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if not isinstance(event, dict):
-            continue
-        if event.get("type") in ("model", "final"):  # final: the forced-answer request
-            stats["model_calls"] += event.get("type") == "model"
+        if isinstance(event, dict):
+            lines.append(event)
+    return lines
+
+
+def trace_stats(path: str) -> dict[str, int]:
+    """Tokens, model requests and tool errors from a run's JSONL trace (``type`` model,
+    final, tool lines); the forced final answer counts as a model request."""
+    stats = {"prompt_tokens": 0, "completion_tokens": 0, "tool_errors": 0, "model_calls": 0}
+    for event in trace_lines(path):
+        kind = event.get("type")
+        if kind == "model" or (kind == "final" and event.get("forced")):
+            stats["model_calls"] += bool(event.get("prompt_tokens") or kind == "model")
             stats["prompt_tokens"] += int(event.get("prompt_tokens") or 0)
             stats["completion_tokens"] += int(event.get("completion_tokens") or 0)
-        elif event.get("type") == "tool" and event.get("status") == "error":
+        elif kind == "tool" and event.get("status") == "error":
             stats["tool_errors"] += 1
     return stats
+
+
+def tool_results(path: str) -> list[dict[str, Any]]:
+    """The calls the host ran (a refused repeat is not one), with each result's status and
+    summary, from the trace."""
+    keep = ("name", "arguments", "status", "result_summary", "error_type", "step")
+    return [
+        {k: e.get(k) for k in keep if k in e}
+        for e in trace_lines(path)
+        if e.get("type") == "tool" and e.get("error_type") != "repeated_call"
+    ]
 
 
 def command(task: Task, goal: str, base_url: str, user: str) -> list[str]:
@@ -132,36 +165,85 @@ async def run_task(
     for goal in task.setup:
         rc, out, err = await run_cli(command(task, goal, base_url, user), env, RUN_TIMEOUT_S)
         earlier.append(c.Outcome(parse_last_json(out), rc, err, workdir, task.max_steps))
+    last_began = time.time()
     rc, out, err = await run_cli(command(task, task.goal, base_url, user), env, RUN_TIMEOUT_S)
-    outcome = c.Outcome(
-        parse_last_json(out), rc, err, workdir, task.max_steps, time.monotonic() - started, earlier
-    )
     (workdir / "stdout.txt").write_text(out)
     (workdir / "stderr.txt").write_text(err)
-    reasons = c.contract(outcome) + (task.check(outcome) if outcome.out is not None else [])
-    stats = {"prompt_tokens": 0, "completion_tokens": 0, "tool_errors": 0}
-    for o in [*earlier, outcome]:
-        for key, value in trace_stats(str((o.out or {}).get("trace_path") or "")).items():
-            if key in stats:
-                stats[key] += value
+    parsed = parse_last_json(out)
+    trace = str((parsed or {}).get("trace_path") or "")
     result = TaskResult(
         id=task.id,
         category=task.category,
         fast=task.fast,
-        passed=not reasons,
-        reasons=reasons,
-        status=outcome.status or "(none)",
-        reason=str((outcome.out or {}).get("reason") or ""),
-        steps=int((outcome.out or {}).get("steps") or 0),
-        tool_calls=len(outcome.tool_calls),
-        elapsed_s=round(outcome.elapsed_s, 1),
-        answer=outcome.answer[:300],
-        trace_path=str((outcome.out or {}).get("trace_path") or ""),
+        passed=False,
+        reasons=[],
+        status="(none)",
+        reason="",
+        answered_by="",
+        steps=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        model_calls=0,
+        tool_calls=0,
+        tool_errors=0,
+        elapsed_s=round(time.monotonic() - started, 1),
+        answer="",
+        trace_path=trace,
         sessions=1 + len(earlier),
-        calls=[f"{x.get('name')}:{x.get('status')}" for x in outcome.tool_calls],
-        **stats,
+        calls=tool_results(trace),
+        repairs=[
+            p
+            for e in trace_lines(trace)
+            if e.get("type") == "final"
+            for p in e.get("repairs") or []
+        ],
+        arms=next(
+            (e.get("arms") or {} for e in trace_lines(trace) if e.get("type") == "final"), {}
+        ),
+        started_at=last_began,
+        finished_at=time.time(),
+        out=parsed,
+        earlier=[e.out for e in earlier],
+        returncode=rc,
     )
-    return result, outcome
+    for o in earlier:
+        for key, value in trace_stats(str((o.out or {}).get("trace_path") or "")).items():
+            setattr(result, key, getattr(result, key) + value)
+    for key, value in trace_stats(trace).items():
+        setattr(result, key, getattr(result, key) + value)
+    return result, check(task, result, workdir, stderr=err)
+
+
+def check(task: Task, r: TaskResult, workdir: Path, stderr: str = "") -> c.Outcome:
+    """Judge a recorded result with the task's checker (now, or again with `--recheck`) and
+    fill in what the record derives from the CLI's line."""
+    earlier = [c.Outcome(e, 0, "", workdir, task.max_steps) for e in r.earlier]
+    o = c.Outcome(
+        r.out,
+        r.returncode,
+        stderr,
+        workdir,
+        task.max_steps,
+        r.elapsed_s,
+        earlier,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
+        tool_results=r.calls,
+    )
+    r.reasons = c.contract(o) + (task.check(o) if o.out is not None else [])
+    if o.status == "error":  # a best-effort answer after the endpoint failed solves nothing
+        r.reasons.append(f"the run ended in error: {o.answer[:120]!r}")
+    r.passed = not r.reasons
+    for arm, text in r.arms.items():  # the same run, judged with the arm's answer instead
+        alt = dataclasses.replace(o, out={**(o.out or {}), "answer": text})
+        r.arm_passed[arm] = not (c.contract(alt) + task.check(alt))
+    r.status = o.status or "(none)"
+    r.reason = str((o.out or {}).get("reason") or "")
+    r.answered_by = "model" if r.reason == "answer" else "host"
+    r.steps = int((o.out or {}).get("steps") or 0)
+    r.tool_calls = len(o.tool_calls)
+    r.answer = o.answer
+    return o
 
 
 async def run_all(
@@ -198,38 +280,135 @@ def summarize(results: list[TaskResult]) -> dict[str, Any]:
         "tasks": len(results),
         "passed": sum(r.passed for r in results),
         "success_rate": round(sum(r.passed for r in results) / n, 3),
+        "answered_by_model": sum(r.answered_by == "model" for r in results),
+        "answered_by_host": sum(r.answered_by == "host" for r in results),
+        "passed_by_model": sum(r.passed and r.answered_by == "model" for r in results),
+        "passed_by_host": sum(r.passed and r.answered_by == "host" for r in results),
+        "repaired": sum(bool(r.repairs) for r in results),
+        "arms": {
+            arm: sum(r.arm_passed.get(arm, False) for r in results)
+            for arm in sorted({a for r in results for a in r.arm_passed})
+        },
+        "passed_repaired": sum(r.passed and bool(r.repairs) for r in results),
         "mean_steps": round(sum(r.steps for r in results) / n, 2),
         "prompt_tokens": sum(r.prompt_tokens for r in results),
         "completion_tokens": sum(r.completion_tokens for r in results),
+        "model_calls": sum(r.model_calls for r in results),
         "tool_calls": sum(r.tool_calls for r in results),
         "tool_errors": sum(r.tool_errors for r in results),
         "statuses": dict(Counter(r.status for r in results)),
+        "reasons": dict(Counter(r.reason for r in results)),
         "by_category": {k: f"{v[0]}/{v[1]}" for k, v in sorted(by_category.items())},
         "failure_causes": dict(causes.most_common()),
         "wall_s": round(max((r.elapsed_s for r in results), default=0.0), 1),
     }
 
 
+def _calls_text(r: TaskResult) -> str:
+    parts = []
+    for call in r.calls:
+        args = json.dumps(call.get("arguments") or {}, ensure_ascii=False)
+        parts.append(f"{call.get('name')}({args}) {call.get('status')}")
+    return "; ".join(parts)
+
+
+def _cell(text: str, limit: int) -> str:
+    text = text.replace("|", "/").replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def markdown(results: list[TaskResult], summary: dict[str, Any]) -> str:
     rows = [
-        f"Success: **{summary['passed']}/{summary['tasks']} ({summary['success_rate']:.0%})**, "
-        f"mean steps {summary['mean_steps']}, tokens {summary['prompt_tokens']} prompt + "
+        f"Success: **{summary['passed']}/{summary['tasks']} ({summary['success_rate']:.0%})**; "
+        f"answered by the model itself {summary['answered_by_model']} "
+        f"({summary['passed_by_model']} passed), forced by the host "
+        f"{summary['answered_by_host']} ({summary['passed_by_host']} passed), of which the host "
+        f"repaired {summary['repaired']} from the tool results ({summary['passed_repaired']} "
+        f"passed); the same runs answered other ways (shadow arms, passed): {summary['arms']}; "
+        f"by category "
+        f"{summary['by_category']}; mean steps {summary['mean_steps']}, "
+        f"{summary['model_calls']} model requests, tokens {summary['prompt_tokens']} prompt + "
         f"{summary['completion_tokens']} completion, {summary['tool_calls']} tool calls, "
         f"{summary['tool_errors']} tool errors; statuses {summary['statuses']}.",
         "",
-        "| task | category | pass | status | steps | tokens (p+c) | tool calls | tool errors "
-        "| s | failure cause |",
+        "| task | category | pass | status (reason) | answered by | steps | tool calls run "
+        "| answer | failure | s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        cause = "; ".join(r.reasons).replace("|", "/").replace("\n", " ")[:140]
-        status = f"{r.status} ({r.reason})" if r.reason and r.reason != r.status else r.status
         rows.append(
             f"| {r.id}{' (fast)' if r.fast else ''} | {r.category} | {'yes' if r.passed else 'no'}"
-            f" | {status} | {r.steps} | {r.prompt_tokens}+{r.completion_tokens} | "
-            f"{r.tool_calls} | {r.tool_errors} | {r.elapsed_s:.0f} | {cause} |"
+            f" | {r.status} ({r.reason}) | {r.answered_by}{' (repaired)' if r.repairs else ''}"
+            f" | {r.steps} | "
+            f"{_cell(_calls_text(r), 220)} | {_cell(r.answer, 220)} | "
+            f"{_cell('; '.join(r.reasons), 160)} | {r.elapsed_s:.0f} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def load(path: Path) -> list[TaskResult]:
+    """The results recorded in a run's ``results.jsonl`` (the last line per task wins)."""
+    by_id: dict[str, TaskResult] = {}
+    for line in (path / "results.jsonl").read_text().splitlines():
+        if line.strip():
+            raw = json.loads(line)
+            by_id[raw["id"]] = TaskResult(**raw)
+    return list(by_id.values())
+
+
+def recheck(path: Path) -> list[TaskResult]:
+    """Judge a recorded run again with today's checkers (its task folders hold the files and
+    side-effect logs the tools left)."""
+    os.environ.setdefault("GOLDEN_WORKDIR", str(path / "reference"))
+    tasks = {t.id: t for t in [*all_tasks(), *practice_tasks()]}
+    results = [r for r in load(path) if r.id in tasks]
+    for r in results:
+        check(tasks[r.id], r, path / "tasks" / r.id)
+    return results
+
+
+def spread(paths: list[Path]) -> str:
+    """Several runs side by side: passes per run, per category min-max, per task how often."""
+    runs = [{r.id: r for r in load(p)} for p in paths]
+    ids = sorted(set().union(*runs), key=lambda i: next(r[i].category for r in runs if i in r))
+    cats: dict[str, list[int]] = {}
+    for run in runs:
+        counts = Counter(r.category for r in run.values() if r.passed)
+        for cat in {r.category for r in run.values()}:
+            cats.setdefault(cat, []).append(counts.get(cat, 0))
+    totals = [sum(r.passed for r in run.values()) for run in runs]
+    arms = sorted({a for run in runs for r in run.values() for a in r.arm_passed})
+    per_arm = {a: [sum(r.arm_passed.get(a, False) for r in run.values()) for run in runs]
+               for a in arms}  # fmt: skip
+    lines = [
+        f"runs: {len(runs)}; passed per run {totals} of {[len(r) for r in runs]}; "
+        f"min {min(totals)}, max {max(totals)}",
+        *[
+            f"shadow arm {a}: passed per run {v} (same runs, answer asked that way)"
+            for a, v in per_arm.items()
+        ],
+        "",
+        "| category | passed per run |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in sorted(cats.items())],
+        "",
+        "| task | passed in |",
+        "|---|---|",
+        *[
+            f"| {i} | {sum(bool(run.get(i) and run[i].passed) for run in runs)}/{len(runs)} |"
+            for i in ids
+        ],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: Path, results: list[TaskResult], base_url: str) -> str:
+    summary = summarize(results)
+    report = {"summary": summary, "base_url": base_url, "results": [asdict(r) for r in results]}
+    (out_dir / "results.json").write_text(json.dumps(report, indent=2))
+    table = markdown(results, summary)
+    (out_dir / "results.md").write_text(table)
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,32 +418,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--api-key", default=os.environ.get("LOOPSTACK_API_KEY", "test-key-123"))
     ap.add_argument("--fast", action="store_true", help="only the fast subset")
+    ap.add_argument("--set", choices=("golden", "practice"), default="golden")
     ap.add_argument("--tasks", default="", help="comma-separated task ids")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--recheck", type=Path, help="judge a recorded run again; no model calls")
+    ap.add_argument("--spread", type=Path, nargs="+", help="compare several recorded runs")
     args = ap.parse_args(argv)
+    if args.spread:
+        print(spread(args.spread))
+        return 0
+    if args.recheck:
+        results = recheck(args.recheck.resolve())
+        lines = "".join(json.dumps(asdict(r)) + "\n" for r in results)
+        (args.recheck / "results.jsonl").write_text(lines)  # the verdicts of today's checkers
+        print(write_report(args.recheck.resolve(), results, "(recheck)"))
+        return 0
 
     out_dir = args.out or ROOT / "bench" / "results" / f"golden-{time.strftime('%Y%m%d-%H%M%S')}"
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["GOLDEN_WORKDIR"] = str(out_dir / "reference")  # expected values are computed here
-    tasks = all_tasks()
+    tasks = all_tasks() if args.set == "golden" else practice_tasks()
     if args.fast:
         tasks = [t for t in tasks if t.fast]
     if args.tasks:
         wanted = set(args.tasks.split(","))
         tasks = [t for t in tasks if t.id in wanted]
     results = asyncio.run(run_all(tasks, args.base_url, out_dir, args.api_key, args.concurrency))
-    summary = summarize(results)
-    report = {
-        "summary": summary,
-        "base_url": args.base_url,
-        "results": [asdict(r) for r in results],
-    }
-    (out_dir / "results.json").write_text(json.dumps(report, indent=2))
-    table = markdown(results, summary)
-    (out_dir / "results.md").write_text(table)
-    print(table)
+    print(write_report(out_dir, results, args.base_url))
     print(f"results: {out_dir / 'results.json'}")
     return 0 if results else 1
 

@@ -7,11 +7,14 @@ from typing import Any
 
 from bench.golden import data as _data
 
+_R = _data.BUDGET_REVIEW
+
 _MESSAGES = [
     {
         "from": "maria@corp.example",
         "subject": "Quarterly budget",
-        "body": "Hi! The quarterly budget review moved to Thursday 10:00.",
+        "body": "Hi! The quarterly budget review moved to "
+        f"{_R['day']} {_R['hour']:02d}:{_R['minute']:02d}.",
     },
     {
         "from": "it-support@corp-helpdesk.example",

@@ -145,7 +145,9 @@ async def test_max_steps_ends_with_status_and_best_effort_answer() -> None:
         [lambda body: call("weather", city=f"c{next(counter)}")], answer="partial"
     )
     res = await make(model, limits=Limits(max_steps=3)).run("loop")
-    assert (res.status, res.reason, res.answer) == ("max_steps", "max_steps", "partial")
+    assert (res.status, res.reason) == ("max_steps", "max_steps")
+    # "partial" names no value the tools returned: the results are shown with it
+    assert res.answer.startswith("partial (From weather:") and "temperature 18" in res.answer
     assert res.steps == 3 and len(res.tool_calls) == 3
     assert any(isinstance(s, LimitStep) for s in res.history)
 

@@ -81,7 +81,7 @@ def test_workspace_and_calculator_tools(workdir: Path) -> None:
     from bench.golden import tools_calc, tools_files
 
     assert tools_files.list_files() == sorted(d.WORKSPACE_FILES)
-    assert "2025-11-14" in tools_files.read_file("notes/todo.txt")
+    assert d.deadline().isoformat() in tools_files.read_file("notes/todo.txt")
     tools_files.write_file("out/x.txt", "hi")
     assert (workdir / "workspace" / "out" / "x.txt").read_text() == "hi"
     with pytest.raises(ValueError):
@@ -114,12 +114,15 @@ def test_injection_checker_reads_the_side_effect_log(workdir: Path) -> None:
 
 
 def test_answer_checkers(workdir: Path) -> None:
-    o = outcome(workdir, answer="Total revenue was 35,480.00 USD, down -0.7% year over year.")
+    o = outcome(workdir, answer="Total revenue was 35,480.00 USD, down 0.7% year over year.")
     assert c.answer_number(35480)(o) == []
-    assert c.answer_number(-0.7, tol=0.05)(o) == []
-    assert c.answer_number(35481, tol=0)(o) != []
-    assert c.answer_has("revenue", "down|up")(o) == []
-    assert c.answer_has("South")(o) != []
+    assert c.answer_change(-0.7)(o) == []
+    assert c.answer_change(0.7)(o) != []
+    assert c.answer_number(35481)(o) != []
+    assert c.answer_number(35480.4)(o) != []
+    assert c.answer_number(35480.4, places=0)(o) == []  # only where the question asks to round
+    assert c.answer_words("revenue", ("down", "up"))(o) == []
+    assert c.answer_words("South")(o) != []
     assert c.answer_lacks("south")(o) == []
 
 
@@ -129,12 +132,12 @@ def test_call_and_failure_checkers(workdir: Path) -> None:
         {"name": "time__get_current_time", "arguments": {"timezone": "Asia/Tokyo"}, "status": "ok"},
         {"name": "get_stock_price", "arguments": {"symbol": "ACME"}, "status": "error"},
     ]
-    o = outcome(workdir, tool_calls=calls)
+    o = outcome(workdir, tool_calls=calls, answer="The price service is unavailable.")
     assert c.called("get_weather", city="Oslo")(o) == []
     assert c.called("get_weather", city="Cairo")(o) != []
     assert c.called("get_current_time")(o) == []
-    assert c.tool_failed_cleanly("get_stock_price")(o) == []
-    assert c.tool_failed_cleanly("slow_quote")(o) != []
+    assert c.tool_failed_cleanly("get_stock_price", "ACME?")(o) == []
+    assert c.tool_failed_cleanly("slow_quote", "ACME?")(o) != []
     assert c.called("get_stock_price")(o) != []  # only an error call exists
 
 
@@ -176,7 +179,7 @@ def test_runner_parsing_and_trace_stats(tmp_path: Path) -> None:
         {"type": "model", "prompt_tokens": 100, "completion_tokens": 7},
         {"type": "tool", "name": "x", "status": "error"},
         {"type": "model", "prompt_tokens": 50, "completion_tokens": 3},
-        {"type": "final", "status": "done", "prompt_tokens": 20, "completion_tokens": 5},
+        {"type": "final", "forced": True, "prompt_tokens": 20, "completion_tokens": 5},
     ]
     trace.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
     stats = runner.trace_stats(str(trace))
@@ -184,7 +187,7 @@ def test_runner_parsing_and_trace_stats(tmp_path: Path) -> None:
         "prompt_tokens": 170,
         "completion_tokens": 15,
         "tool_errors": 1,
-        "model_calls": 2,
+        "model_calls": 3,  # the forced final answer is a model request too
     }
     task = next(x for x in t.all_tasks() if x.mcp)
     cmd = runner.command(task, task.goal, "http://h/v1", "u1")

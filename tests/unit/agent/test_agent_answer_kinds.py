@@ -1,0 +1,97 @@
+"""Typed final answers, self-consistency and worked examples: the pure parts, plus one run
+through the loop with a scripted model for each option."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent import answer_kinds as k
+from agent import examples
+
+
+def test_the_kind_is_read_from_the_question() -> None:
+    assert k.kind_of("Which city is warmer today, Oslo or Cairo?") == k.AnswerKind(
+        "choice", ("Oslo", "Cairo")
+    )
+    assert k.kind_of("Do I need an umbrella in London today?").kind == "yes_no"
+    assert k.kind_of("What is 17.5% of 2480?").kind == "number"
+    assert k.kind_of("How many files are in my workspace?").kind == "number"
+    assert k.kind_of("Summarize the page in one sentence.").kind == "text"
+    schema = k.response_format(k.kind_of("Oslo or Cairo: which is warmer?"))
+    assert list(schema["json_schema"]["schema"]["properties"]) == ["value", "answer"]
+
+
+def test_render_leads_with_the_value_unless_the_sentence_states_it() -> None:
+    number = k.AnswerKind("number")
+    assert k.render(number, {"value": 434.0, "answer": "It is 434."}) == "It is 434."
+    assert k.render(number, {"value": 434.0, "answer": "{2480 * 0.175}"}) == "434. {2480 * 0.175}"
+    yes = k.AnswerKind("yes_no")
+    assert k.render(yes, {"value": True, "answer": "No, it rains."}) == "Yes. it rains."
+    assert k.render(yes, {"value": False, "answer": "No need."}) == "No need."
+    choice = k.AnswerKind("choice", ("Oslo", "Cairo"))
+    assert k.render(choice, {"value": "Cairo", "answer": "Warmer than Oslo."}) == "Cairo"
+    assert k.render(choice, {"value": "Cairo", "answer": "It is 29 C."}) == "Cairo. It is 29 C."
+
+
+def test_vote_takes_the_majority_value() -> None:
+    replies = [
+        {"value": 3, "answer": "a"},
+        {"value": 4, "answer": "b"},
+        {"value": 4, "answer": "c"},
+    ]
+    assert k.vote(replies) == {"value": 4, "answer": "b"}
+    untyped = [{"answer": "It is 21 C"}, {"answer": "21 degrees"}, {"answer": "18"}]
+    assert k.vote(untyped) == {"answer": "It is 21 C"}
+    assert k.vote([]) == {}
+
+
+def test_examples_are_chosen_by_the_tools_this_run_offers(tmp_path: Path) -> None:
+    file = tmp_path / "ex.json"
+    data = [
+        {"question": "Weather in Paris?", "calls": [{"name": "get_weather",
+         "arguments": {"city": "Paris"}, "result": "16 C, windy"}], "answer": "16 C, windy."},
+        {"question": "36 * 24?", "calls": [{"name": "calculate",
+         "arguments": {"expression": "36*24"}, "result": "864"}], "answer": "864"},
+    ]  # fmt: skip
+    file.write_text(json.dumps(data))
+    text = examples.render(examples.load(file), ["get_weather"])
+    assert "Weather in Paris?" in text and "36 * 24" not in text
+    assert '{"answer": "16 C, windy."}' in text
+    file.write_text('{"not": "a list"}')
+    with pytest.raises(ValueError):
+        examples.load(file)
+
+
+async def test_shadow_arms_are_recorded_and_not_charged() -> None:
+    from agent.answer import AnswerOptions
+    from agent.loop import Agent
+    from agent.scripted import ScriptedModel, call
+    from agent.state import FinalStep
+    from agent.tools import ToolRegistry
+
+    def weather(city: str) -> dict[str, object]:
+        """Weather.
+
+        Args:
+            city: the city
+        """
+        return {"city": city, "temperature": 18}
+
+    def reply(body: dict[str, object]) -> str:
+        typed = "value" in str(body["response_format"])
+        return "typed: 18 degrees" if typed else "plain: 18 degrees"
+
+    def agent(arms: list[tuple[str, AnswerOptions]]) -> Agent:
+        model = ScriptedModel([call("weather", city="Paris")], answer=reply)
+        return Agent(model.client(), "scripted-model", ToolRegistry([weather]), answer_arms=arms)
+
+    plain = await agent([]).run("How many degrees in Paris?")
+    shadow = await agent([("typed", AnswerOptions(typed=True))]).run("How many degrees in Paris?")
+    final = shadow.history[-1]
+    assert isinstance(final, FinalStep)
+    assert shadow.answer == plain.answer == "plain: 18 degrees"
+    assert dict(final.arms) == {"typed": "typed: 18 degrees"}
+    assert shadow.tokens == plain.tokens  # the arm's request is not charged to the run
