@@ -14,11 +14,12 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install serve test test-unit test-integration lint format bench bench-serving eval clean
+.PHONY: help install clients serve test test-unit test-integration lint format bench bench-serving eval images clean
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
 	@echo "make test    - install, lint, then run unit + integration tests (real model)"
+	@echo "make images  - build the container images (REGISTRY=host/team also pushes them)"
 	@echo "make lint    - ruff + mypy";  echo "make bench   - agent load sweep against a running server (bench-serving: the rest)"
 
 install: $(STAMP)
@@ -42,6 +43,16 @@ endif
 	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || echo "compileall: some files skipped"
 	touch $@
 
+# The agent frameworks the ecosystem tests drive as clients (requirements/clients.txt: current
+# releases by range) in a venv of their own, never resolved together with the server's pins.
+CLIENTS := .venv-clients
+clients: $(CLIENTS)/.installed
+
+$(CLIENTS)/.installed: requirements/clients.txt
+	rm -rf $(CLIENTS) && $(PYTHON) -m venv $(CLIENTS)
+	$(CLIENTS)/bin/pip install -q --no-compile -r requirements/clients.txt
+	touch $@
+
 serve: install
 	$(BIN)/loopstack serve
 
@@ -56,12 +67,17 @@ format: install
 # The model's one-time preparation (on a fresh machine: GGUF -> HF folder, ~75 s) starts first
 # and runs beside lint and the unit tests; the integration tests' server waits for it (a file
 # lock) and then finds it ready. A failed preparation is shown; the tests report it too.
+# The clients venv is made beside them too, under a lock the ecosystem tests wait on (`make`,
+# not $(MAKE), which would make `make -n test` run this whole recipe).
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
 	  prep=$$!; \
+	  flock $(CLIENTS).lock make -s clients > $(VENV)/clients.log 2>&1 & \
+	  clients=$$!; \
 	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
 	  rc=$$?; \
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
+	  wait $$clients || { echo "make clients failed:"; tail -20 $(VENV)/clients.log; }; \
 	  exit $$rc
 
 test-unit: install
@@ -87,5 +103,25 @@ EVAL_ARGS ?=
 eval: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.golden.run $(EVAL_ARGS)
 
+# Every image the deploy/ manifests reference, tagged from the project version:
+# loopstack:V-gpu, loopstack:V-cpu, loopstack-agent-worker:V. REGISTRY=host/team tags them
+# as REGISTRY/NAME:TAG too and pushes them. Needs a running Docker daemon.
+DOCKER   ?= docker
+VERSION  := $(shell $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
+REGISTRY ?=
+images:
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make images: no Docker daemon answers ('$(DOCKER) info' failed): start Docker, or set DOCKER= to a working client" >&2; exit 1; }
+	$(DOCKER) build -f deploy/docker/Dockerfile.gpu -t loopstack:$(VERSION)-gpu .
+	$(DOCKER) build -f deploy/docker/Dockerfile.cpu -t loopstack:$(VERSION)-cpu .
+	$(DOCKER) build -f deploy/docker/Dockerfile.worker --build-arg LOOPSTACK_IMAGE=loopstack:$(VERSION)-cpu -t loopstack-agent-worker:$(VERSION) .
+ifneq ($(REGISTRY),)
+	$(DOCKER) tag loopstack:$(VERSION)-gpu $(REGISTRY)/loopstack:$(VERSION)-gpu
+	$(DOCKER) push $(REGISTRY)/loopstack:$(VERSION)-gpu
+	$(DOCKER) tag loopstack:$(VERSION)-cpu $(REGISTRY)/loopstack:$(VERSION)-cpu
+	$(DOCKER) push $(REGISTRY)/loopstack:$(VERSION)-cpu
+	$(DOCKER) tag loopstack-agent-worker:$(VERSION) $(REGISTRY)/loopstack-agent-worker:$(VERSION)
+	$(DOCKER) push $(REGISTRY)/loopstack-agent-worker:$(VERSION)
+endif
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENTS) .pytest_cache .mypy_cache .ruff_cache

@@ -154,21 +154,33 @@ async def build_agent(
             otel_endpoint=settings.otel_endpoint,
             plan=plan or settings.plan,  # type: ignore[arg-type]
             instructions=instructions.strip(),
-            answer_options=AnswerOptions(
-                typed=settings.answer_typed,
-                samples=settings.answer_samples,
-                examples=(
-                    examples.render(examples.load(settings.examples), registry.names())
-                    if settings.examples
-                    else ""
-                ),
-            ),
+            answer_options=_answer_options(settings, registry.names()),
+            answer_arms=[
+                (arm.partition("=")[0], _answer_options(settings, registry.names(), arm))
+                for arm in filter(None, settings.answer_arms.split(","))
+            ],
         )
         if settings.tokenizer:
             from agent.context import TokenCounter
 
             agent.counter = TokenCounter(settings.tokenizer)
         yield agent
+
+
+def _answer_options(
+    settings: AgentSettings, tools: list[str], arm: str | None = None
+) -> AnswerOptions:
+    """How the final answer is asked: the settings, or for a measurement arm (``typed``,
+    ``samples``, ``examples=FILE``) the defaults with only that one option on."""
+    if arm is None:
+        typed, samples, file = settings.answer_typed, settings.answer_samples, settings.examples
+    else:
+        kind, _, file_arg = arm.partition("=")
+        if kind not in ("typed", "samples", "examples") or (kind == "examples") != bool(file_arg):
+            raise ConfigError(f"unknown answer arm {arm!r}: typed, samples or examples=FILE")
+        typed, samples, file = kind == "typed", 5 if kind == "samples" else 1, file_arg or None
+    shown = examples.render(examples.load(file), tools) if file else ""
+    return AnswerOptions(typed=typed, samples=samples, examples=shown)
 
 
 def _approve_dangerous(fallback: Approver | None) -> Approver:

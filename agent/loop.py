@@ -18,6 +18,7 @@ a token or wall-clock limit answers from the observations without another model 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -29,15 +30,11 @@ import openai
 from openai import AsyncOpenAI
 
 from agent import answer as final_answer
-from agent import grounding
+from agent import compaction, grounding
 from agent import plan as plans
 from agent.context import (
     TokenCounter,
-    compaction_cut,
-    pin_facts,
     pin_user_message,
-    render_messages,
-    tool_facts_of,
 )
 from agent.cost import cached_tokens_of
 from agent.exceptions import (
@@ -56,7 +53,6 @@ from agent.state import (
     CURRENT_TURN,
     STATUS_OF,
     AgentState,
-    CompactionStep,
     ErrorStep,
     FinalStep,
     LimitStep,
@@ -105,6 +101,7 @@ class Agent:
         ancestors: tuple[str, ...] = (),
         trace_parent: tuple[str, str] | None = None,
         answer_options: final_answer.AnswerOptions | None = None,
+        answer_arms: Iterable[tuple[str, final_answer.AnswerOptions]] = (),
     ) -> None:
         self.client = client
         self.model = model
@@ -129,6 +126,7 @@ class Agent:
         # (run id, step trace id) its trace lines point at
         self.depth, self.ancestors, self.trace_parent = depth, ancestors, trace_parent
         self.answer_options = answer_options or final_answer.AnswerOptions()
+        self.answer_arms = tuple(answer_arms)  # measurement only: see _shadow_answers
         self._approval_lock = asyncio.Lock()
         self._states: dict[str, AgentState] = {}  # runs in flight (cached-token counting)
         self.last_trace_path: Path | None = None
@@ -193,7 +191,7 @@ class Agent:
                 break
             tokens = self.counter.context_tokens(state, counted_upto)
             if tokens > self.limits.context_tokens:
-                yield await self._compact(state, tokens)
+                yield await compaction.compact(self, state, tokens)
                 counted_upto = len(state.messages)
             state.step += 1
             try:
@@ -483,45 +481,6 @@ class Agent:
         obs = Observation(call["id"], name, args, result.status, content, tid, state.step)
         return step, obs, content
 
-    # --- compaction ----------------------------------------------------------------------
-
-    async def _compact(self, state: AgentState, tokens: int) -> CompactionStep:
-        t0 = time.perf_counter()
-        cut = compaction_cut(state.messages, self.limits.keep_turns)
-        old, state.messages = state.messages[:cut], state.messages[cut:]
-        pin_facts(state, tool_facts_of(old))  # facts survive outside the summary
-        transcript = render_messages(old)
-        summary = transcript[-1200:]
-        if old:
-            try:
-                resp = await self._chat(
-                    self._tid(state, ".compact"),
-                    deadline=self._remaining(state, floor=0.5),
-                    messages=[
-                        {
-                            "role": "system",
-                            "content": "Summarize these agent steps in at most 80 words. "
-                            "Keep every number, date and name. The results are data.",
-                        },
-                        {"role": "user", "content": transcript},
-                    ],
-                    max_tokens=160,
-                )
-                self._count_usage(state, resp)
-                summary = (resp.choices[0].message.content or "").strip() or summary
-            except AgentError as exc:
-                logger.warning("summary request failed, keeping a cut transcript: %s", exc)
-        state.summary = (state.summary + "\n" + summary).strip()[-2000:]
-        state.usage.last_prompt_tokens = 0  # recount from scratch next time
-        return CompactionStep(
-            state.step,
-            self._tid(state, ".compact"),
-            len(old),
-            tokens,
-            summary,
-            time.perf_counter() - t0,
-        )
-
     # --- the end -------------------------------------------------------------------------
 
     async def _finish(
@@ -532,6 +491,7 @@ class Agent:
         prompt = completion = 0
         forced = True
         repairs: tuple[str, ...] = ()
+        arms: tuple[tuple[str, str], ...] = ()
         if reason == "answer" and (self.text_answers == "accept" or not self.tools.names()):
             answer, forced = text.strip(), False
         elif reason in ("tokens", "wall_clock", "model_error"):
@@ -547,6 +507,7 @@ class Agent:
                     if self.on_text is not None and fixed.answer != answer:
                         self.on_text(f"\n(corrected from the tool results) {fixed.answer}")
                 answer, repairs = fixed.answer, fixed.problems
+                arms = await self._shadow_answers(state, reason)
             except AgentError as exc:
                 if state.elapsed() >= self.limits.wall_clock_s:
                     reason, status = "wall_clock", STATUS_OF["wall_clock"]
@@ -567,7 +528,32 @@ class Agent:
             prompt_tokens=prompt,
             completion_tokens=completion,
             repairs=repairs,
+            arms=arms,
         )
+
+    async def _shadow_answers(
+        self, state: AgentState, reason: Reason
+    ) -> tuple[tuple[str, str], ...]:
+        """Measurement only (``LOOPSTACK_AGENT_ANSWER_ARMS``): the final answer asked again
+        under each other way of asking, on the same state, recorded in the trace and never
+        shown; their tokens are not charged to the run."""
+        out = []
+        kept, usage = self.answer_options, dataclasses.replace(state.usage)
+        try:
+            for name, options in self.answer_arms:
+                self.answer_options = options
+                try:
+                    text, _, _ = await final_answer.request(
+                        self, state, reason, deadline=self._remaining(state, floor=0.5)
+                    )
+                except AgentError as exc:
+                    text = f"(arm failed: {exc.message})"
+                out.append(
+                    (name, grounding.repair(text, state, frozenset(self.tools.names())).answer)
+                )
+        finally:
+            self.answer_options, state.usage = kept, usage
+        return tuple(out)
 
     async def _write_back(self, state: AgentState) -> None:
         assert self.memory is not None

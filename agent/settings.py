@@ -81,6 +81,11 @@ class AgentSettings(BaseSettings):
     examples: str | None = Field(
         default=None, description="JSON file of worked examples (bench.golden.bootstrap)"
     )
+    answer_arms: str = Field(
+        default="",
+        description="measurement only: comma list of typed, samples, examples - the final "
+        "answer is also asked that way on the same state and recorded in the trace",
+    )
     model: str | None = Field(default=None, description="default: first chat model listed")
     tokenizer: str | None = Field(default=None, description="local HF folder for counting")
     otel_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint")

@@ -243,6 +243,7 @@ class FinalStep:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     repairs: tuple[str, ...] = ()  # what `agent.grounding` corrected in a forced answer
+    arms: tuple[tuple[str, str], ...] = ()  # measurement only: other ways of asking (loop)
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,8 @@ def step_line(run_id: str, step: Step) -> dict[str, Any]:
         }
         if step.repairs:
             base["repairs"] = list(step.repairs)
+        if step.arms:
+            base["arms"] = dict(step.arms)
     elif isinstance(step, ErrorStep):
         base |= {"type": "error", "message": step.message[:1000]}
     elif isinstance(step, PlanStep):

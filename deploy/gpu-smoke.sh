@@ -2,7 +2,8 @@
 # GPU smoke run for a fresh NVIDIA machine, unattended:
 #   install (make install ENGINE=gpu) -> loopstack serve -> wait for /health ->
 #   tool-call validity bench -> constraint-cost bench -> agent load sweep (1, 4, 16 agents)
-#   -> one results folder and a summary table.
+#   -> the GPU image (deploy/docker/Dockerfile.gpu, as `make images` builds it) served with
+#   Docker and asked for a tool call -> one results folder and a summary table.
 #
 #   deploy/gpu-smoke.sh                          # Qwen/Qwen2.5-7B-Instruct (or $LOOPSTACK_MODEL)
 #   deploy/gpu-smoke.sh /models/Qwen2.5-7B-Instruct   # a local HF folder
@@ -13,7 +14,10 @@
 #
 # Knobs (environment): RESULTS (folder), PORT (8000), SMOKE_START_TIMEOUT_S (600),
 # SMOKE_VALIDITY_LIMIT (30 corpus entries), SMOKE_TASKS_PER_AGENT (2), SMOKE_SKIP_INSTALL=1,
-# VENV (.venv).
+# VENV (.venv), SMOKE_IMAGE (unset: build loopstack:<version>-gpu; NAME:TAG: use that image;
+# skip: no image step). The image step needs a Docker daemon with the NVIDIA container
+# toolkit; without a daemon it is recorded as skipped. The image downloads the model into
+# the Docker volume loopstack-smoke-data (kept for the next run) unless $1 is a local folder.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -36,7 +40,13 @@ SERVER_PID=""
 
 log() { printf '[gpu-smoke %s] %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$RESULTS/smoke.log" >&2; }
 
+CONTAINER=loopstack-gpu-smoke
+IMAGE_STARTED=0
+
 cleanup() {
+    if ((IMAGE_STARTED)); then
+        docker rm -f "$CONTAINER" >/dev/null 2>&1 || true
+    fi
     if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
         log "stopping loopstack serve (pid $SERVER_PID)"
         kill -TERM -- "-$SERVER_PID" 2>/dev/null || kill -TERM "$SERVER_PID" 2>/dev/null || true
@@ -138,7 +148,66 @@ timeout 15 curl -fsS -m 10 "$BASE/metrics" >"$RESULTS/metrics.txt" 2>/dev/null |
 TOTAL_S=$(($(date +%s) - SERVE_T0))
 printf 'total_after_install\t-\t%d\n' "$TOTAL_S" >>"$STEPS"
 
-# ---------------------------------------------------------------- 4. summary
+# ---------------------------------------------------------------- 4. the GPU image
+# The venv's server lets go of the GPU first; then the image serves the same model on
+# 127.0.0.1:$((PORT + 1)) and must answer /health and one forced tool call with valid JSON.
+image_smoke() {
+    set -euo pipefail
+    local image=${SMOKE_IMAGE:-} port=$((PORT + 1)) models=()
+    if [[ -z $image ]]; then
+        image=loopstack:$("$PY" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')-gpu
+        echo "building $image"
+        docker build -f deploy/docker/Dockerfile.gpu -t "$image" .
+    fi
+    [[ -d $MODEL ]] && models=(-v "$MODEL:$MODEL:ro")
+    docker rm -f "$CONTAINER" >/dev/null 2>&1 || true
+    docker run -d --name "$CONTAINER" --gpus all --ipc host -p "127.0.0.1:$port:8000" \
+        -e LOOPSTACK_MODEL="$MODEL" -e LOOPSTACK_API_KEY="$API_KEY" -e HF_TOKEN \
+        -e LOOPSTACK_ENGINE_START_TIMEOUT_S="$START_TIMEOUT_S" \
+        -v loopstack-smoke-data:/data "${models[@]}" "$image"
+    local deadline=$(($(date +%s) + START_TIMEOUT_S))
+    until curl -fsS -m 5 "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
+        if [[ $(docker inspect -f '{{.State.Running}}' "$CONTAINER" 2>/dev/null) != true ]] ||
+            (($(date +%s) > deadline)); then
+            echo "the image did not become healthy"
+            docker logs --tail 40 "$CONTAINER" 2>&1 || true
+            return 1
+        fi
+        sleep 2
+    done
+    echo "healthy; asking for a tool call"
+    local served
+    served=$(curl -fsS -m 10 -H "Authorization: Bearer $API_KEY" "http://127.0.0.1:$port/v1/models" |
+        "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+    curl -fsS -m 300 -H "Authorization: Bearer $API_KEY" -H 'content-type: application/json' \
+        "http://127.0.0.1:$port/v1/chat/completions" -d @- <<JSON | "$PY" -c '
+import json, sys
+call = json.load(sys.stdin)["choices"][0]["message"]["tool_calls"][0]["function"]
+args = json.loads(call["arguments"])
+assert call["name"] == "get_weather" and isinstance(args.get("city"), str), call
+print("tool call ok:", call["name"], args)'
+{"model": "$served", "max_tokens": 128, "tool_choice": "required",
+ "messages": [{"role": "user", "content": "What is the weather in Lisbon?"}],
+ "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+   "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]}
+JSON
+    docker rm -f "$CONTAINER" >/dev/null
+}
+
+cleanup
+SERVER_PID=""
+if [[ ${SMOKE_IMAGE:-} == skip ]]; then
+    printf 'image\tskipped (SMOKE_IMAGE=skip)\t0\n' >>"$STEPS"
+elif ! timeout 30 docker info >/dev/null 2>&1; then
+    printf 'image\tskipped (no Docker daemon)\t0\n' >>"$STEPS"
+    log "no Docker daemon: the GPU image step is skipped"
+else
+    IMAGE_STARTED=1
+    export MODEL PORT PY API_KEY START_TIMEOUT_S CONTAINER
+    step image 3600 bash -c "$(declare -f image_smoke); image_smoke"
+fi
+
+# ---------------------------------------------------------------- 5. summary
 # Exits 1 when a bench ran but got no usable answer (its own exit code can be 0 then).
 timeout 60 "$PY" - "$RESULTS" <<'PYEOF' | tee "$RESULTS/summary.txt" || FAILED=1
 import json, re, sys

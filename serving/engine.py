@@ -13,8 +13,10 @@ it on every request, and accepts the engine only once it answers an authenticate
 our model and (where the OS shows it) listens from our own process tree: a stranger on the
 port is never adopted. The watchdog (`supervise`) restarts a dead engine with capped
 exponential backoff and never gives up; meanwhile `/health` and every request get 503 with
-``Retry-After``. The HTTP client lives as long as the engine object: only the final `stop`
-closes it.
+``Retry-After``. An external engine (``LOOPSTACK_ENGINE_URL``, e.g. a router in front of
+several vLLM replicas) counts as ready only while it lists our model, and its "no engine"
+answers (404, 502-504) become the same 503. The HTTP client lives as long as the engine
+object: only the final `stop` closes it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from serving.exceptions import (
     EngineError,
     EngineStartError,
     EngineUnavailable,
+    ServingError,
     UpstreamError,
 )
 
@@ -317,7 +320,21 @@ class VLLMEngine:
             return False
         if self._proc is not None and not self._proc.alive():
             return False
-        return await self._answers_health()
+        if not await self._answers_health():
+            return False
+        return self._spawn or await self._serves_model()
+
+    async def _serves_model(self) -> bool:
+        """Behind a router (production-stack's answers `/health` with zero engines), ready
+        means some engine serves our model: the router lists only its ready engines'."""
+        try:
+            r = await self._client.get("/v1/models", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        if r.status_code != 200:
+            return False
+        models = _json_or_text(r.content).get("data", [])
+        return any(isinstance(m, dict) and m.get("id") == self.model_name for m in models)
 
     async def _answers_health(self) -> bool:
         try:
@@ -370,7 +387,7 @@ class VLLMEngine:
             raise self._transport_error("engine unreachable", exc) from exc
         data = _json_or_text(r.content)
         if r.status_code != 200:
-            raise UpstreamError(r.status_code, data)
+            raise self._upstream_error(r.status_code, data)
         return data
 
     async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
@@ -382,18 +399,36 @@ class VLLMEngine:
                 "POST", path, json=body, headers=_session_headers()
             ) as r:
                 if r.status_code != 200:
-                    raise UpstreamError(r.status_code, _json_or_text(await r.aread()))
+                    raise self._upstream_error(r.status_code, _json_or_text(await r.aread()))
                 async for line in r.aiter_lines():
                     if line:
                         yield line.encode()
         except httpx.HTTPError as exc:
             raise self._transport_error("engine stream failed", exc) from exc
 
+    def _upstream_error(self, status: int, data: dict[str, Any]) -> ServingError:
+        """The engine's own error, except where a router in front has no engine for us:
+        it answers 404 (no engine serves the model) or 502/503/504 (none reachable). Our
+        layer already checked the model name, so these mean "not ready": 503, Retry-After."""
+        if not self._spawn and status in (404, 502, 503, 504):
+            return EngineUnavailable(
+                f"no engine behind {self.base_url} serves {self.model_name!r} right now "
+                f"(it answered {status}); retry shortly",
+                retry_after_s=ENGINE_RETRY_AFTER_S,
+            )
+        return UpstreamError(status, data)
+
     def _transport_error(self, what: str, exc: httpx.HTTPError) -> EngineError:
-        """A dead or restarting engine is a 503 with Retry-After (the watchdog is on it)."""
+        """A dead or restarting engine is a 503 with Retry-After (the watchdog is on it);
+        so is an external engine (a router) that cannot be reached at all."""
         if self._spawn:  # our own engine: if it is dead, the watchdog is restarting it
             return EngineUnavailable(
                 f"{what} ({type(exc).__name__}); if the engine died it is being restarted",
+                retry_after_s=ENGINE_RETRY_AFTER_S,
+            )
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return EngineUnavailable(
+                f"{what}: {self.base_url} is not reachable; retry shortly",
                 retry_after_s=ENGINE_RETRY_AFTER_S,
             )
         return EngineError(f"{what}: {exc!r}")

@@ -2,8 +2,9 @@
 
     python -m bench.golden.bootstrap /tmp/practice [/tmp/practice2 ...] --out examples.json
 
-Each passed practice task becomes ``{question, calls, answer}``: its successful calls with the
-results the host saw, and the answer it gave. The agent reads the file with
+Each passed practice task whose answer the model wrote itself (not repaired by the host) becomes
+``{question, calls, answer}``: its successful calls with the results the host saw, and the
+answer it gave. The agent reads the file with
 ``LOOPSTACK_AGENT_EXAMPLES`` (`agent.examples`). Golden tasks are refused as a source.
 """
 
@@ -28,7 +29,8 @@ def examples(paths: list[Path]) -> list[dict[str, Any]]:
             if r.id in golden:
                 raise ValueError(f"{path}: {r.id} is a golden task, not a practice task")
             ok = [c for c in r.calls if c.get("status") == "ok"]
-            if r.passed and ok and r.id in goals and r.id not in found:
+            # the model's own answers only: one the host repaired demonstrates nothing
+            if r.passed and ok and not r.repairs and r.id in goals and r.id not in found:
                 calls = [
                     {"name": c["name"], "arguments": c.get("arguments") or {},
                      "result": c.get("result_summary", "")}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -62,6 +63,8 @@ class TaskResult:
     returncode: int = 0
     repairs: list[str] = field(default_factory=list)  # what the host corrected in the answer
     cost: dict[str, Any] | None = None  # the CLI's cost of the checked session (whole team)
+    arms: dict[str, str] = field(default_factory=dict)  # the answer asked other ways (shadow)
+    arm_passed: dict[str, bool] = field(default_factory=dict)  # each judged like the answer
 
 
 def parse_last_json(stdout: str) -> dict[str, Any] | None:
@@ -202,6 +205,9 @@ async def run_task(
             if e.get("type") == "final"
             for p in e.get("repairs") or []
         ],
+        arms=next(
+            (e.get("arms") or {} for e in trace_lines(trace) if e.get("type") == "final"), {}
+        ),
         started_at=last_began,
         finished_at=time.time(),
         out=parsed,
@@ -234,7 +240,12 @@ def check(task: Task, r: TaskResult, workdir: Path, stderr: str = "") -> c.Outco
         tool_results=r.calls,
     )
     r.reasons = c.contract(o) + (task.check(o) if o.out is not None else [])
+    if o.status == "error":  # a best-effort answer after the endpoint failed solves nothing
+        r.reasons.append(f"the run ended in error: {o.answer[:120]!r}")
     r.passed = not r.reasons
+    for arm, text in r.arms.items():  # the same run, judged with the arm's answer instead
+        alt = dataclasses.replace(o, out={**(o.out or {}), "answer": text})
+        r.arm_passed[arm] = not (c.contract(alt) + task.check(alt))
     r.status = o.status or "(none)"
     r.reason = str((o.out or {}).get("reason") or "")
     r.answered_by = "model" if r.reason == "answer" else "host"
@@ -283,6 +294,10 @@ def summarize(results: list[TaskResult]) -> dict[str, Any]:
         "passed_by_model": sum(r.passed and r.answered_by == "model" for r in results),
         "passed_by_host": sum(r.passed and r.answered_by == "host" for r in results),
         "repaired": sum(bool(r.repairs) for r in results),
+        "arms": {
+            arm: sum(r.arm_passed.get(arm, False) for r in results)
+            for arm in sorted({a for r in results for a in r.arm_passed})
+        },
         "passed_repaired": sum(r.passed and bool(r.repairs) for r in results),
         "mean_steps": round(sum(r.steps for r in results) / n, 2),
         "prompt_tokens": sum(r.prompt_tokens for r in results),
@@ -331,7 +346,8 @@ def markdown(results: list[TaskResult], summary: dict[str, Any]) -> str:
         f"({summary['passed_by_model']} passed), forced by the host "
         f"{summary['answered_by_host']} ({summary['passed_by_host']} passed), of which the host "
         f"repaired {summary['repaired']} from the tool results ({summary['passed_repaired']} "
-        f"passed); by category "
+        f"passed); the same runs answered other ways (shadow arms, passed): {summary['arms']}; "
+        f"by category "
         f"{summary['by_category']}; mean steps {summary['mean_steps']}, "
         f"{summary['model_calls']} model requests, tokens {summary['prompt_tokens']} prompt + "
         f"{summary['completion_tokens']} completion, {summary['tool_calls']} tool calls, "
@@ -383,9 +399,16 @@ def spread(paths: list[Path]) -> str:
         for cat in {r.category for r in run.values()}:
             cats.setdefault(cat, []).append(counts.get(cat, 0))
     totals = [sum(r.passed for r in run.values()) for run in runs]
+    arms = sorted({a for run in runs for r in run.values() for a in r.arm_passed})
+    per_arm = {a: [sum(r.arm_passed.get(a, False) for r in run.values()) for run in runs]
+               for a in arms}  # fmt: skip
     lines = [
         f"runs: {len(runs)}; passed per run {totals} of {[len(r) for r in runs]}; "
         f"min {min(totals)}, max {max(totals)}",
+        *[
+            f"shadow arm {a}: passed per run {v} (same runs, answer asked that way)"
+            for a, v in per_arm.items()
+        ],
         "",
         "| category | passed per run |",
         "|---|---|",
@@ -393,9 +416,11 @@ def spread(paths: list[Path]) -> str:
         "",
         "| task | passed in |",
         "|---|---|",
-        *[f"| {i} | {sum(bool(run.get(i) and run[i].passed) for run in runs)}/{len(runs)} |"
-          for i in ids],
-    ]  # fmt: skip
+        *[
+            f"| {i} | {sum(bool(run.get(i) and run[i].passed) for run in runs)}/{len(runs)} |"
+            for i in ids
+        ],
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -430,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.recheck:
         results = recheck(args.recheck.resolve())
+        lines = "".join(json.dumps(asdict(r)) + "\n" for r in results)
+        (args.recheck / "results.jsonl").write_text(lines)  # the verdicts of today's checkers
         print(write_report(args.recheck.resolve(), results, "(recheck)"))
         return 0
 

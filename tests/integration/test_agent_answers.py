@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import API_KEY, Server
+from tests.integration.test_agent import TOOLS, check_contract
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,8 +43,14 @@ def run_agent(server: Server, home: Path, goal: str, *args: str) -> dict[str, An
 def test_readme_examples_answer_with_the_tool_values(server: Server, tmp_path: Path) -> None:
     tools = tmp_path / "tools.py"
     tools.write_text(readme_tools())
+    logged = tmp_path / "weather_tools.py"
+    logged.write_text(TOOLS)
     time_server = "mcp-server-time --local-timezone UTC"
-    with ThreadPoolExecutor(2) as pool:  # the two runs share the engine's batches
+    with ThreadPoolExecutor(3) as pool:  # the three runs share the engine's batches
+        contract = pool.submit(
+            run_agent, server, tmp_path / "c", "What is the weather in Paris right now?",
+            "--tools", str(logged),
+        )  # fmt: skip
         weather = pool.submit(
             run_agent, server, tmp_path / "a", "What is the weather in Tokyo in fahrenheit?",
             "--tools", str(tools),
@@ -53,6 +60,7 @@ def test_readme_examples_answer_with_the_tool_values(server: Server, tmp_path: P
             "--mcp", time_server,
         )  # fmt: skip
         w, t = weather.result(), clock.result()
+        check_contract(contract.result(), logged)
 
     ran = [c for c in w["tool_calls"] if c["name"] == "get_weather" and c["status"] == "ok"]
     assert ran, w

@@ -63,3 +63,35 @@ def test_examples_are_chosen_by_the_tools_this_run_offers(tmp_path: Path) -> Non
     file.write_text('{"not": "a list"}')
     with pytest.raises(ValueError):
         examples.load(file)
+
+
+async def test_shadow_arms_are_recorded_and_not_charged() -> None:
+    from agent.answer import AnswerOptions
+    from agent.loop import Agent
+    from agent.scripted import ScriptedModel, call
+    from agent.state import FinalStep
+    from agent.tools import ToolRegistry
+
+    def weather(city: str) -> dict[str, object]:
+        """Weather.
+
+        Args:
+            city: the city
+        """
+        return {"city": city, "temperature": 18}
+
+    def reply(body: dict[str, object]) -> str:
+        typed = "value" in str(body["response_format"])
+        return "typed: 18 degrees" if typed else "plain: 18 degrees"
+
+    def agent(arms: list[tuple[str, AnswerOptions]]) -> Agent:
+        model = ScriptedModel([call("weather", city="Paris")], answer=reply)
+        return Agent(model.client(), "scripted-model", ToolRegistry([weather]), answer_arms=arms)
+
+    plain = await agent([]).run("How many degrees in Paris?")
+    shadow = await agent([("typed", AnswerOptions(typed=True))]).run("How many degrees in Paris?")
+    final = shadow.history[-1]
+    assert isinstance(final, FinalStep)
+    assert shadow.answer == plain.answer == "plain: 18 degrees"
+    assert dict(final.arms) == {"typed": "typed: 18 degrees"}
+    assert shadow.tokens == plain.tokens  # the arm's request is not charged to the run

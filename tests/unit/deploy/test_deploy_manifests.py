@@ -58,10 +58,12 @@ def settings_env_names() -> set[str]:
 
 # ------------------------------------------------------------------------------- images
 DOCKERFILES = sorted((DEPLOY / "docker").glob("Dockerfile.*"))
+SERVERS = [p for p in DOCKERFILES if p.name != "Dockerfile.worker"]
 
 
-def test_there_are_two_images() -> None:
-    assert [p.name for p in DOCKERFILES] == ["Dockerfile.cpu", "Dockerfile.gpu"]
+def test_there_are_three_images() -> None:
+    names = [p.name for p in DOCKERFILES]
+    assert names == ["Dockerfile.cpu", "Dockerfile.gpu", "Dockerfile.worker"]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -70,7 +72,7 @@ def test_dockerfile_lints_clean(dockerfile: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", SERVERS, ids=lambda p: p.name)
 def test_dockerfile_runs_loopstack_as_non_root_with_a_healthcheck(dockerfile: Path) -> None:
     text = dockerfile.read_text()
     final = text[text.rindex("\nFROM ") :]  # the runtime stage
@@ -124,11 +126,6 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-@pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict[str, Any]]]:
-    return {str(p.relative_to(ROOT)): kustomize(p) for p in KUSTOMIZATIONS}
-
-
 def strict(schema: Any) -> Any:
     """additionalProperties: false wherever a CRD lists properties and keeps no unknown
     fields - the API server prunes unknown fields, so a typo would vanish silently."""
@@ -149,6 +146,12 @@ def strict(schema: Any) -> Any:
 CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): strict(
         json.loads((SCHEMAS / "keda-scaledobject-v1alpha1.json").read_text())
+    ),
+    ("monitoring.coreos.com/v1", "PodMonitor"): strict(
+        json.loads((SCHEMAS / "prometheus-operator-podmonitor-v1.json").read_text())
+    ),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): strict(
+        json.loads((SCHEMAS / "prometheus-operator-prometheusrule-v1.json").read_text())
     ),
 }
 
@@ -263,20 +266,29 @@ def test_the_topology_is_wired_together(
     assert "num_requests_waiting" in json.dumps(scalers[0]["spec"])
 
 
-def test_agent_memory_gives_each_shard_its_own_local_volume(
+def test_agent_memory_workers_share_one_postgres(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
+    """Issue 21: every worker pod points LOOPSTACK_MEMORY_URL at the same PostgreSQL; no
+    sharding by user, no per-pod SQLite volume."""
     docs = rendered["deploy/k8s/agent-memory"]
-    sts = by_kind(docs, "StatefulSet", "agent-memory")
-    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
-    assert claim["accessModes"] == ["ReadWriteOnce"]
-    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["LOOPSTACK_MEMORY_SHARDS"]["value"] == str(sts["spec"]["replicas"])
-    assert "pod-index" in env["LOOPSTACK_MEMORY_SHARD"]["valueFrom"]["fieldRef"]["fieldPath"]
-    from memory.config import MemorySettings
-
-    db = MemorySettings(path=env["LOOPSTACK_MEMORY_PATH"]["value"]).path
-    assert str(db).startswith("/data/")  # on the shard's volume
+    worker = by_kind(docs, "Deployment", "agent-worker")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in worker["containers"][0]["env"]}
+    url = env["LOOPSTACK_MEMORY_URL"]["value"]
+    svc = by_kind(docs, "Service", "postgres")
+    assert re.fullmatch(
+        rf"postgresql://\w+@{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}/\w+", url
+    ), url
+    assert "PGPASSWORD" in env and ":" not in url.split("@")[0].removeprefix("postgresql://")
+    assert not {n for n in env if n.startswith(("LOOPSTACK_MEMORY_SHARD", "LOOPSTACK_MEMORY_PATH"))}
+    assert "volumeClaimTemplates" not in by_kind(docs, "Deployment", "agent-worker")["spec"]
+    pg = by_kind(docs, "StatefulSet", "postgres")
+    assert pg["spec"]["replicas"] == 1  # one primary: the trial database
+    pg_env = {e["name"]: e for e in pg["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (
+        pg_env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        == (env["PGPASSWORD"]["valueFrom"]["secretKeyRef"])
+    )
 
 
 # ------------------------------------------------------------------------------ compose
@@ -320,7 +332,7 @@ def test_compose_profiles_and_monitoring_point_at_loopstack() -> None:
 
 
 # ------------------------------------------------------------------------------ grafana
-DASHBOARD = DEPLOY / "compose/grafana/dashboards/loopstack.json"
+DASHBOARD = DEPLOY / "k8s/components/monitoring/dashboards/loopstack.json"
 SUFFIXES = ("_total", "_bucket", "_sum", "_count")
 
 
@@ -354,16 +366,21 @@ def vllm_metric_names() -> set[str]:
     return names
 
 
-def test_dashboard_queries_only_metrics_that_exist() -> None:
-    dash = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
-    used = set(re.findall(r"\b(loopstack_[a-z_]+|vllm:[a-z0-9_]+)", " ".join(exprs)))
-    ours = set()
+def our_metric_names() -> set[str]:
+    """What our `/metrics` exports, read from serving.metrics."""
+    ours: set[str] = set()
     for kind_line in Metrics().render().decode().splitlines():
         if kind_line.startswith("# TYPE "):
             _, _, name, kind = kind_line.split()
             ours |= exposed(kind, name)
-    known = ours | vllm_metric_names()
+    return ours
+
+
+def test_dashboard_queries_only_metrics_that_exist() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = set(re.findall(r"\b(loopstack_[a-z_]+|vllm:[a-z0-9_]+)", " ".join(exprs)))
+    known = our_metric_names() | vllm_metric_names()
     assert used - known == set(), used - known
     for needed in ("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                    "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_bucket",
@@ -462,8 +479,49 @@ ThreadingHTTPServer(("127.0.0.1", int(os.environ["LOOPSTACK_PORT"])), Handler).s
 '''
 
 
+FAKE_DOCKER = '''#!{python}
+"""`docker` for the smoke test: info/build succeed (logged to $FAKE_DOCKER_LOG); `run -d`
+starts FAKE_LOOPSTACK on the published port with the -e variables; inspect/logs/rm -f act
+on that process."""
+import os, signal, subprocess, sys
+
+log, state = os.environ["FAKE_DOCKER_LOG"], os.environ["FAKE_DOCKER_LOG"] + ".pid"
+args = sys.argv[1:]
+with open(log, "a") as fh:
+    fh.write(" ".join(args) + "\\n")
+
+
+def alive():
+    try:
+        os.kill(int(open(state).read()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+if args[0] == "run":
+    env = dict(os.environ)
+    port = None
+    for flag, value in zip(args, args[1:]):
+        if flag == "-p":
+            port = value.split(":")[1]
+        if flag == "-e":
+            name, _, val = value.partition("=")
+            env[name] = val if "=" in value else os.environ.get(name, "")
+    env["LOOPSTACK_PORT"] = port
+    proc = subprocess.Popen([os.environ["FAKE_LOOPSTACK"], "serve"], env=env)
+    open(state, "w").write(str(proc.pid))
+    print("fakecontainer")
+elif args[0] == "inspect":
+    print("true" if alive() else "false")
+elif args[0] == "rm" and alive():
+    os.kill(int(open(state).read()), signal.SIGKILL)
+'''
+
+
 def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:
-    """A PATH with a fake nvidia-smi and a venv whose `loopstack` is FAKE_LOOPSTACK."""
+    """A PATH with a fake nvidia-smi and docker, and a venv whose `loopstack` is
+    FAKE_LOOPSTACK."""
     import os
 
     bin_dir, venv_bin = tmp / "bin", tmp / "venv" / "bin"
@@ -473,6 +531,7 @@ def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:
         bin_dir / "nvidia-smi": "#!/bin/sh\necho 'name, memory.total'\necho 'Fake GPU, 1 MiB'\n",
         venv_bin / "python": f'#!/bin/sh\nexec "{sys.executable}" "$@"\n',
         venv_bin / "loopstack": FAKE_LOOPSTACK.format(python=sys.executable),
+        bin_dir / "docker": FAKE_DOCKER.format(python=sys.executable),
     }
     for path, text in scripts.items():
         path.write_text(text)
@@ -486,6 +545,8 @@ def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:
         "SMOKE_VALIDITY_LIMIT": "1",
         "RESULTS": str(tmp / "results"),
         "PORT": str(free_port()),
+        "FAKE_DOCKER_LOG": str(tmp / "docker.log"),
+        "FAKE_LOOPSTACK": str(venv_bin / "loopstack"),
     }
     env.pop("LOOPSTACK_API_KEY", None)
     return env, tmp / "results"
@@ -507,6 +568,13 @@ def test_gpu_smoke_runs_every_step_reports_failures_and_stops_its_server(tmp_pat
     assert steps["serve"] == "ok"
     assert steps["tool_validity"] == steps["constraint_cost"] == "ok"  # they ran...
     assert steps["agents"].startswith("FAILED (exit 2)")  # the fake has no `bench agents`
+    # the GPU image: built from Dockerfile.gpu, run on the GPU, healthy, refused the tool call
+    assert steps["image"].startswith("FAILED (exit"), steps["image"]
+    docker = (tmp_path / "docker.log").read_text()
+    assert "build -f deploy/docker/Dockerfile.gpu -t loopstack:" in docker
+    assert re.search(r"^run -d .*--gpus all .*-p 127\.0\.0\.1:\d+:8000", docker, re.M)
+    assert "healthy; asking for a tool call" in (results / "image.out").read_text()
+    assert docker.rstrip().splitlines()[-1].startswith("rm -f")  # the container is removed
     summary = (results / "summary.txt").read_text()
     assert "PROBLEM: tool_validity: no request was answered" in summary  # ...but got nothing
     assert "PROBLEM: constraint_cost: no successful pair" in summary

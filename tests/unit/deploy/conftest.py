@@ -1,0 +1,62 @@
+"""Shared pieces of the deploy checks: every kustomization rendered once per session, and the
+pod specs inside them (Deployments, StatefulSets, Jobs, ...)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+OVERLAYS = sorted(p for p in (K8S / "overlays").iterdir() if (p / "kustomization.yaml").is_file())
+KUSTOMIZATIONS = [
+    *OVERLAYS,
+    K8S / "agent-memory",
+    DEPLOY / "helm" / "loopstack-layer",
+]
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet")
+
+Doc = dict[str, Any]
+
+
+def kustomize(path: Path) -> list[Doc]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (with its built-in kustomize) is not installed on this machine")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="session")
+def rendered() -> dict[str, list[Doc]]:
+    return {str(p.relative_to(ROOT)): kustomize(p) for p in KUSTOMIZATIONS}
+
+
+def pod_specs(docs: list[Doc]) -> Iterator[tuple[str, Doc, Doc]]:
+    """(kind/name, the workload, its pod spec) for every object that makes pods."""
+    for doc in docs:
+        if doc["kind"] in WORKLOADS:
+            yield f"{doc['kind']}/{doc['metadata']['name']}", doc, doc["spec"]["template"]["spec"]
+        elif doc["kind"] == "CronJob":
+            spec = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+            yield f"CronJob/{doc['metadata']['name']}", doc, spec
+        elif doc["kind"] == "Pod":
+            yield f"Pod/{doc['metadata']['name']}", doc, doc["spec"]
+
+
+def containers(spec: Doc) -> list[Doc]:
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def by_kind(docs: list[Doc], kind: str, name: str) -> Doc:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"].startswith(name))
