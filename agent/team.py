@@ -28,6 +28,7 @@ Team files (``--team team.yaml``) are read by `load_team` and mounted by `mount_
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -96,7 +97,8 @@ def carve(own: Limits, parent: Limits, state: AgentState, share: int) -> Limits:
         own,
         max_tokens=max(0, min(own.max_tokens, tokens_left // share)),
         max_tool_calls=max(0, min(own.max_tool_calls, calls_left // share)),
-        wall_clock_s=max(0.0, min(own.wall_clock_s, wall_left)),
+        # 90 %: the worker ends on its own clock (and reports) before its parent's runs out
+        wall_clock_s=max(0.0, min(own.wall_clock_s, 0.9 * wall_left)),
         max_depth=parent.max_depth,
     )
 
@@ -136,7 +138,17 @@ class WorkerTool:
         limits = self._admit(turn, task)
         parent: Agent = turn.agent
         child = self._agent(parent, turn, limits)
-        result = await child.run(task)
+        state = AgentState(goal=task)
+        try:
+            result = await child.run(task, state=state)
+        except asyncio.CancelledError:  # the parent's clock ran out: still charge what it spent
+            turn.state.charged.add(state.cost())
+            turn.state.workers.append(
+                {"name": self.name, "task": task, "status": "cancelled", "reason": "cancelled",
+                 "answer": "", "steps": state.step, "cost": state.cost().to_json(),
+                 "run_id": state.run_id}
+            )  # fmt: skip
+            raise
         return self._settle(turn.state, task, result, limits)
 
     def _admit(self, turn: Turn, task: str) -> Limits:

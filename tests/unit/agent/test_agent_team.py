@@ -266,3 +266,25 @@ async def test_an_empty_task_is_refused_before_any_worker_runs() -> None:
     result = await coordinator(boss, [worker("w", w)]).run("Go")
     assert tool_steps(result)[0].error_type == "invalid_arguments"
     assert w.requests == [] and result.workers == []
+
+
+async def test_a_worker_cut_off_by_the_parents_clock_is_still_charged() -> None:
+    keys = (f"k{i}" for i in itertools.count())
+
+    async def crawl(key: str) -> str:
+        """Slow lookup.
+
+        Args:
+            key: the key
+        """
+        await asyncio.sleep(0.3)
+        return key
+
+    busy = ScriptedModel([lambda _: call("crawl", key=next(keys))])
+    boss = ScriptedModel([call("w", task="crawl many keys"), text("x")], answer="x")
+    limits = Limits(wall_clock_s=1.0, max_steps=50, no_progress_steps=50)
+    w = worker("w", busy, crawl, limits=Limits(wall_clock_s=60, max_steps=50))
+    result = await coordinator(boss, [w], limits=limits).run("Crawl")
+    (record,) = result.workers
+    assert record["budget"]["wall_clock_s"] <= 0.9  # carved: 90 % of what the parent had left
+    assert record["cost"]["model_calls"] >= 2 and result.cost.model_calls > len(boss.requests)
