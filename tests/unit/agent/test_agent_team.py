@@ -288,3 +288,22 @@ async def test_a_worker_cut_off_by_the_parents_clock_is_still_charged() -> None:
     (record,) = result.workers
     assert record["budget"]["wall_clock_s"] <= 0.9  # carved: 90 % of what the parent had left
     assert record["cost"]["model_calls"] >= 2 and result.cost.model_calls > len(boss.requests)
+
+
+async def test_a_cancelled_worker_is_charged_and_recorded() -> None:
+    from agent.state import CURRENT_TURN, AgentState, Turn
+    from agent.team import WorkerTool
+
+    keys = (f"k{i}" for i in itertools.count())
+    busy = ScriptedModel([lambda _: call("slow", item=next(keys))])
+    parent = coordinator(ScriptedModel([text("x")]), [])
+    state = AgentState(goal="parent")
+    CURRENT_TURN.set(Turn(parent, state, 1))
+    job = asyncio.create_task(WorkerTool(worker("w", busy, slow)).call({"task": "fetch"}))
+    await asyncio.sleep(1.5)  # one model call and one 1 s tool call have happened
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    (record,) = state.workers
+    assert record["status"] == "cancelled" and state.charged.model_calls >= 2
+    assert state.charged.tool_calls >= 1 and state.charged.prompt_tokens >= 200
