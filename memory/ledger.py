@@ -18,7 +18,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from memory.schema import (
     COLUMNS,
     SCHEMA,
     SCHEMA_VERSION,
+    STATS_SQL,
     Change,
     NewRecord,
     event_from_row,
@@ -87,6 +88,12 @@ class Ledger:
             with self._readers_lock:
                 self._readers.append(conn)
         return conn
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def on_change(self, callback: Callable[[], object]) -> None:
+        """SQLite cannot tell: readers replay the change log before each recall."""
 
     def close(self) -> None:
         with self._readers_lock:
@@ -419,18 +426,9 @@ class Ledger:
                 yield user_id, ids, vecs.reshape(len(items), dim)
 
     def stats(self) -> dict[str, Any]:
-        q = self._reader.execute
-        return {
-            "path": str(self.path),
-            "records": int(q("SELECT count(*) FROM records").fetchone()[0]),
-            "active": int(
-                q("SELECT count(*) FROM records WHERE superseded_by IS NULL").fetchone()[0]
-            ),
-            "users": int(q("SELECT count(DISTINCT user_id) FROM records").fetchone()[0]),
-            "observations": int(q("SELECT count(*) FROM observations").fetchone()[0]),
-            "pending_changes": int(q("SELECT count(*) FROM changes").fetchone()[0]),
-            "bytes": self.path.stat().st_size if self.path.exists() else 0,
-        }
+        out = {k: int(self._reader.execute(sql).fetchone()[0]) for k, sql in STATS_SQL.items()}
+        size = self.path.stat().st_size if self.path.exists() else 0
+        return {"path": str(self.path), **out, "bytes": size}
 
 
 class Tx:
@@ -438,6 +436,9 @@ class Tx:
 
     def __init__(self, cur: sqlite3.Cursor) -> None:
         self.cur = cur
+
+    def lock_scope(self, user_id: str) -> None:
+        """Nothing to do: ``BEGIN IMMEDIATE`` already serialises every write of the file."""
 
     # --- reads on the writer's snapshot ----------------------------------------------------
     def get(self, record_id: str) -> Record | None:

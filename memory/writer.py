@@ -27,13 +27,14 @@ from typing import Literal
 
 import numpy as np
 
+from memory.backend import LedgerBackend, LedgerTx
 from memory.config import MemorySettings
 from memory.embedding import Vectors
 from memory.exceptions import NotFoundError
 from memory.index import shard_name
-from memory.ledger import Ledger, NewRecord, Tx
 from memory.records import MemorySource, Record
 from memory.replica import IndexReplica
+from memory.schema import NewRecord
 from memory.trust import USER_CONFIRMED, provenance
 from memory.writeback import conflicting_value, same_content
 
@@ -72,7 +73,9 @@ class _Pending:
 class RecordWriter:
     """Sync (worker-thread) executor of adds; the store serialises calls with its lock."""
 
-    def __init__(self, ledger: Ledger, replica: IndexReplica, settings: MemorySettings) -> None:
+    def __init__(
+        self, ledger: LedgerBackend, replica: IndexReplica, settings: MemorySettings
+    ) -> None:
         self.ledger, self.replica, self.settings = ledger, replica, settings
 
     def add(
@@ -89,6 +92,7 @@ class RecordWriter:
         out: list[str | int] = []
         pending: list[_Pending] = []
         with self.ledger.write() as tx:
+            tx.lock_scope(items[0].scope.user_id)  # Postgres: serialise with other servers
             # Under the write lock nobody can commit: after this replay (complete even when
             # another process trimmed the change log, see IndexReplica.catch_up) the index
             # holds exactly the ledger's active records, so the neighbour search below takes
@@ -123,7 +127,7 @@ class RecordWriter:
 
     def _decide(
         self,
-        tx: Tx,
+        tx: LedgerTx,
         item: NewRecord,
         vec: Vectors,
         pending: list[_Pending],
@@ -175,7 +179,9 @@ class RecordWriter:
         pending.append(_Pending(item, vec, replaces))
         return len(pending) - 1
 
-    def _neighbours(self, tx: Tx, item: NewRecord, vec: Vectors) -> list[tuple[Record, float]]:
+    def _neighbours(
+        self, tx: LedgerTx, item: NewRecord, vec: Vectors
+    ) -> list[tuple[Record, float]]:
         hits = self.replica.index.search(shard_name(item.scope.user_id), vec[None, :], _NEIGHBOURS)
         recs = tx.active([h[0] for h in hits], item.scope.user_id)
         return [(recs[r], sim) for r, sim in hits if r in recs]
@@ -185,7 +191,7 @@ class RecordWriter:
         k = self.settings.promote_after
         return provenance(new, k) != "unverified" or provenance(old, k) == "unverified"
 
-    def _restate(self, tx: Tx, old: Record, item: NewRecord) -> None:
+    def _restate(self, tx: LedgerTx, old: Record, item: NewRecord) -> None:
         """A restatement: one more mention; a confirmation when it is better backed."""
         tx.bump_mentions(old.id, weight=item.weight)
         k = self.settings.promote_after

@@ -21,6 +21,13 @@ from memory.pipeline import (
     stem_terms,
 )
 from memory.records import Candidate, MemorySource, MemoryType, Record, Scope
+from tests.unit.memory.conftest import BACKENDS
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The contract: every test here that uses ``store`` runs on SQLite and on Postgres."""
+    return str(request.param)
 
 
 def _rec(text: str, **kw: object) -> Record:
