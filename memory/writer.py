@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
+import faiss
 import numpy as np
 
 from memory.backend import LedgerBackend, LedgerTx
@@ -70,6 +71,38 @@ class _Pending:
     replaces: list[Record | int]  # active records, or indexes of earlier pending items
 
 
+class _Batch:
+    """The pending items of one ``add``: by fingerprint, and a small in-memory HNSW index of
+    their vectors, so each new item is compared with its nearest pending neighbours only
+    (an ``add_many`` of n items costs O(n log n), not O(n^2))."""
+
+    def __init__(self, dim: int) -> None:
+        self.items: list[_Pending] = []
+        self.by_fp: dict[tuple[str, str], int] = {}
+        self.dim = dim
+        self._index: faiss.IndexHNSWFlat | None = None
+
+    def neighbours(self, vec: Vectors, k: int) -> list[tuple[int, float]]:
+        if not self.items:
+            return []
+        if len(self.items) <= 4 * k:  # small batches: exact, every item
+            sims = np.stack([p.vec for p in self.items]) @ vec
+            return [(j, float(sims[j])) for j in np.argsort(-sims)[:k]]
+        if self._index is None:
+            self._index = faiss.IndexHNSWFlat(self.dim, 16, faiss.METRIC_INNER_PRODUCT)
+            self._index.hnsw.efSearch = 64
+            self._index.add(np.stack([p.vec for p in self.items]).astype(np.float32))
+        sims, ids = self._index.search(vec[None, :].astype(np.float32), k)
+        return [(int(j), float(s)) for j, s in zip(ids[0], sims[0], strict=True) if j >= 0]
+
+    def append(self, p: _Pending) -> int:
+        self.items.append(p)
+        self.by_fp.setdefault((p.item.scope.user_id, p.item.fingerprint), len(self.items) - 1)
+        if self._index is not None:
+            self._index.add(p.vec[None, :].astype(np.float32))
+        return len(self.items) - 1
+
+
 class RecordWriter:
     """Sync (worker-thread) executor of adds; the store serialises calls with its lock."""
 
@@ -90,7 +123,8 @@ class RecordWriter:
         """Insert ``items`` (one transaction); returns one id per item (an existing id for a
         duplicate)."""
         out: list[str | int] = []
-        pending: list[_Pending] = []
+        batch = _Batch(int(vecs.shape[1]) if len(vecs) else 1)
+        pending = batch.items
         with self.ledger.write() as tx:
             tx.lock_scope(items[0].scope.user_id)  # Postgres: serialise with other servers
             # Under the write lock nobody can commit: after this replay (complete even when
@@ -99,7 +133,7 @@ class RecordWriter:
             # its duplicate/supersede candidates from the committed state (issue #10).
             self.replica.catch_up()
             for item, vec in zip(items, vecs, strict=True):
-                out.append(self._decide(tx, item, vec, pending, check, on_conflict))
+                out.append(self._decide(tx, item, vec, batch, check, on_conflict))
             if supersedes is not None and pending:
                 target = tx.get(supersedes)
                 if target is None or target.user_id != items[0].scope.user_id:
@@ -130,7 +164,7 @@ class RecordWriter:
         tx: LedgerTx,
         item: NewRecord,
         vec: Vectors,
-        pending: list[_Pending],
+        batch: _Batch,
         check: bool,
         on_conflict: OnConflict,
     ) -> str | int:
@@ -139,9 +173,9 @@ class RecordWriter:
         replaces: list[Record | int] = []
         if check:
             user = item.scope.user_id
-            for j, p in enumerate(pending):
-                if p.item.fingerprint == item.fingerprint and p.item.scope.user_id == user:
-                    return j
+            same = batch.by_fp.get((user, item.fingerprint))
+            if same is not None:
+                return same
             dup = tx.by_fingerprint(user, item.fingerprint)
             neighbours = [] if dup is not None else self._neighbours(tx, item, vec)
             for old, sim in neighbours:
@@ -161,9 +195,9 @@ class RecordWriter:
                     (old, old, sim) for old, sim in neighbours
                 ]
                 cands += [
-                    (j, as_record(p.item), float(np.dot(p.vec, vec)))
-                    for j, p in enumerate(pending)
-                    if p.item.scope.user_id == user
+                    (j, as_record(batch.items[j].item), sim)
+                    for j, sim in batch.neighbours(vec, _NEIGHBOURS)
+                    if sim >= s.supersede_similarity and batch.items[j].item.scope.user_id == user
                 ]
                 for ref, old, sim in cands:
                     if sim < s.supersede_similarity or not conflicting_value(old.text, item.text):
@@ -176,8 +210,7 @@ class RecordWriter:
                             "conflict_kept",
                             f"an unverified record said otherwise: {item.text[:80]}",
                         )
-        pending.append(_Pending(item, vec, replaces))
-        return len(pending) - 1
+        return batch.append(_Pending(item, vec, replaces))
 
     def _neighbours(
         self, tx: LedgerTx, item: NewRecord, vec: Vectors
