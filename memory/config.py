@@ -124,6 +124,11 @@ class MemorySettings(BaseSettings):
         default=0.5,
         description="Cosine a record needs to be checked as an older value of the same subject",
     )
+    update_similarity: float = Field(
+        default=0.3,
+        description="Cosine an older record needs to be superseded by an explicit update of "
+        "its subject ('moved to', 'now works at', 'changed to', 'no longer')",
+    )
     promote_after: int = Field(default=3, description="Mentions before an observation is kept")
     explicit_weight: float = 2.0
     default_weight: float = 1.0

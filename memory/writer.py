@@ -14,9 +14,12 @@ The rules (docs/memory.md, "Write rules"):
 * **Supersede** (one rule, ``on_conflict="supersede"``): a new record supersedes an active
   one of the same user when both state the **same subject with a different value**
   (:func:`memory.writeback.conflicting_value`: the texts share their frame and differ in
-  one short span, or by a negation) and the older one is at least ``supersede_similarity``
-  close. An unverified record never supersedes a verified one: it is stored beside it and
-  both get a history event. ``on_conflict="keep"`` turns superseding off for one ``add``.
+  one short span, or by a negation; or :func:`memory.writeback.updates_subject`: the new one
+  says the subject's value changed, "moved to", "now works at", "changed to", "no longer")
+  and the older one is at least ``supersede_similarity`` close. An unverified record never
+  supersedes a verified one: it is stored beside it and both get a history event.
+  ``on_conflict="keep"`` turns superseding off for one ``add``. An explicit update (the
+  second test) needs only ``update_similarity``: "I work at Acme" / "I now work at Globex".
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from memory.records import MemorySource, Record
 from memory.replica import IndexReplica
 from memory.schema import NewRecord
 from memory.trust import USER_CONFIRMED, provenance
-from memory.writeback import conflicting_value, same_content
+from memory.writeback import conflicting_value, same_content, updates_subject
 
 __all__ = ["OnConflict", "RecordWriter"]
 
@@ -101,6 +104,11 @@ class _Batch:
         if self._index is not None:
             self._index.add(p.vec[None, :].astype(np.float32))
         return len(self.items) - 1
+
+
+def supersedes_value(old: str, new: str) -> bool:
+    """Whether ``new`` states a newer value of ``old``'s subject (either test)."""
+    return conflicting_value(old, new) or updates_subject(old, new)
 
 
 class RecordWriter:
@@ -191,16 +199,20 @@ class RecordWriter:
                 return dup.id
             if on_conflict == "supersede":
                 new = as_record(item)
+                floor = min(s.supersede_similarity, s.update_similarity)
                 cands: list[tuple[Record | int, Record, float]] = [
                     (old, old, sim) for old, sim in neighbours
                 ]
                 cands += [
                     (j, as_record(batch.items[j].item), sim)
                     for j, sim in batch.neighbours(vec, _NEIGHBOURS)
-                    if sim >= s.supersede_similarity and batch.items[j].item.scope.user_id == user
+                    if sim >= floor and batch.items[j].item.scope.user_id == user
                 ]
                 for ref, old, sim in cands:
-                    if sim < s.supersede_similarity or not conflicting_value(old.text, item.text):
+                    if not (
+                        (sim >= s.supersede_similarity and conflicting_value(old.text, item.text))
+                        or (sim >= s.update_similarity and updates_subject(old.text, item.text))
+                    ):
                         continue
                     if self._may_supersede(new, old):
                         replaces.append(ref)
