@@ -1,4 +1,4 @@
-"""``loopstack memory ...``: add, search, list, forget, history, reindex, stats, decay.
+"""``loopstack memory ...``: add, search, list, forget, history, reindex, stats, decay, migrate.
 
 Mounted by the root CLI (``app.add_typer(memory.cli.app, name="memory")``) and runnable on
 its own: ``python -m memory.cli --help``. Every command takes ``--db`` (default:
@@ -249,6 +249,26 @@ def decay(db: DbOpt = None) -> None:
     def go() -> None:
         with _store(db) as st:
             typer.echo(json.dumps(st.decay()))
+
+    _run(go)
+
+
+@app.command()
+def migrate(
+    source: Annotated[str, typer.Option("--from", help="sqlite:PATH of the store to copy.")],
+    target: Annotated[str, typer.Option("--to", help="postgresql:// URL of an empty ledger.")],
+    samples: Annotated[int, typer.Option(help="Records for the recall spot-check.")] = 20,
+) -> None:
+    """Copy a SQLite store (history and change log included) into Postgres, then verify
+    table counts and a recall spot-check. Exits 1 when the verification fails."""
+
+    def go() -> None:
+        from memory.migrate import migrate as run_migration
+
+        report = run_migration(source, target, samples=samples, settings=MemorySettings())
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+        if not report.ok:
+            raise typer.Exit(1)
 
     _run(go)
 
