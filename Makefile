@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install serve test test-unit test-integration lint format bench bench-serving eval clean
+.PHONY: help install postgres serve test test-unit test-integration lint format bench bench-serving eval clean
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
@@ -42,6 +42,15 @@ endif
 	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || echo "compileall: some files skipped"
 	touch $@
 
+# The memory tests start and stop their own PostgreSQL 15 (memory/pg_server.py) from the
+# Debian server binaries; a machine without them gets the package here (never a mock).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+	  echo "installing postgresql-15 for the memory tests' own server"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql-15 >/dev/null; }
+
 serve: install
 	$(BIN)/loopstack serve
 
@@ -56,7 +65,7 @@ format: install
 # The model's one-time preparation (on a fresh machine: GGUF -> HF folder, ~75 s) starts first
 # and runs beside lint and the unit tests; the integration tests' server waits for it (a file
 # lock) and then finds it ready. A failed preparation is shown; the tests report it too.
-test: install
+test: install postgres
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
 	  prep=$$!; \
 	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
@@ -64,7 +73,7 @@ test: install
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
 	  exit $$rc
 
-test-unit: install
+test-unit: install postgres
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/unit $(PYTEST_ARGS)
 
 test-integration: install

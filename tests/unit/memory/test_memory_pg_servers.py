@@ -24,6 +24,7 @@ from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Scope
 from memory.pg_server import LocalPostgres
 
 APP = Path(__file__).with_name("memory_pg_app.py")
+WRITES = 16  # per server: enough for duplicates and supersedes across servers, and fast
 
 
 def _spawn(url: str, replica: Path, seed: int, mode: str, n: int = 0) -> subprocess.Popen[str]:
@@ -102,7 +103,7 @@ def test_servers_write_and_recall_concurrently(
 ) -> None:
     url = postgres.new_schema()
     replicas = [tmp_path / f"replica{i}" for i in range(servers)]
-    procs = [_spawn(url, replicas[i], i + 1, "write", 24) for i in range(servers)]
+    procs = [_spawn(url, replicas[i], i + 1, "write", WRITES) for i in range(servers)]
     rows: list[dict[str, Any]] = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -111,7 +112,7 @@ def test_servers_write_and_recall_concurrently(
     assert [r for r in rows if "error" in r] == []
     assert sum(r["xuser"] for r in rows if "xuser" in r) == 0, "another user's rows recalled"
     acks = _acks(rows)
-    assert len(acks) == 24 * servers
+    assert len(acks) == WRITES * servers
     _no_duplicates(url)
     _verify(url, replicas, acks)
     postgres.drop_schema(url)
@@ -145,10 +146,10 @@ def test_postgres_restart_mid_run(postgres: LocalPostgres, tmp_path: Path) -> No
     """Clear errors during the outage, no acknowledged write lost, replicas caught up."""
     url = postgres.new_schema()
     replicas = [tmp_path / "a", tmp_path / "b"]
-    procs = [_spawn(url, r, 21 + i, "write", 30) for i, r in enumerate(replicas)]
+    procs = [_spawn(url, r, 21 + i, "write", WRITES) for i, r in enumerate(replicas)]
     early = [_wait_ready(p, acks=4) for p in procs]
     postgres.halt("immediate")  # a crash: no shutdown checkpoint
-    time.sleep(2.0)
+    time.sleep(1.0)
     postgres.resume()
     rows: list[dict[str, Any]] = []
     for p, first in zip(procs, early, strict=True):
@@ -159,7 +160,7 @@ def test_postgres_restart_mid_run(postgres: LocalPostgres, tmp_path: Path) -> No
     assert errors, "the outage was not noticed"
     assert all(e.startswith("postgres ledger: ") for e in errors), errors[:3]
     acks = _acks(rows)
-    assert len(acks) == 60
+    assert len(acks) == 2 * WRITES
     _no_duplicates(url)
     _verify(url, replicas, acks)
     postgres.drop_schema(url)
