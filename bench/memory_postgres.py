@@ -10,7 +10,8 @@ the app connecting as an ordinary role (row-level security on), and prints JSON 
 * ``add-many``: one ``add_many`` call of 500 and of 20,000 synthetic memory sentences (the
   templates of ``bench.memory_latency``: many share a frame, so the duplicate and supersede
   checks do real work), duplicate/supersede checks on, vectors precomputed (the hashing
-  embedder, 384 dims), on SQLite and on Postgres: records/s and the per-record time ratio.
+  embedder, 384 dims), on SQLite and on Postgres (``--pg-large``, default 5,000: it makes
+  round trips per item and per supersede): records/s and the per-record time ratio.
 * ``lag``: two app-server processes, each with its own FAISS replica; A adds one record at a
   time, B recalls it in a loop; lag = first successful recall on B - A's acknowledgement.
 * ``recall``: ``--records`` records of one user in Postgres, ``--servers`` processes each
@@ -74,9 +75,9 @@ async def _one_batch(location: str, workdir: Path, texts: list[str]) -> dict[str
 async def add_many(args: argparse.Namespace, pg: LocalPostgres, workdir: Path) -> dict[str, Any]:
     texts = synth_texts(args.large, seed=3)
     out: dict[str, Any] = {}
-    for backend in ("sqlite", "postgres"):
+    for backend in args.backends:
         rows = []
-        for n in (args.small, args.large):
+        for n in (args.small, args.large if backend == "sqlite" else args.pg_large):
             loc = str(workdir / f"{n}.db") if backend == "sqlite" else pg.new_database()
             rows.append(await _one_batch(loc, workdir / backend, texts[:n]))
         ratio = rows[1]["per_record_ms"] / rows[0]["per_record_ms"]
@@ -231,6 +232,8 @@ async def main() -> None:
     a = sub.add_parser("add-many")
     a.add_argument("--small", type=int, default=500)
     a.add_argument("--large", type=int, default=20_000)
+    a.add_argument("--pg-large", type=int, default=5_000, help="the large batch on Postgres")
+    a.add_argument("--backends", nargs="+", default=["sqlite", "postgres"])
     lg = sub.add_parser("lag")
     lg.add_argument("--writes", type=int, default=200)
     lg.add_argument("--gap-s", type=float, default=0.05)

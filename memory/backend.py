@@ -20,11 +20,21 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from memory.embedding import Vectors
 from memory.records import EventKind, MemoryType, Record, Scope, TrustEvent
 from memory.schema import Change, NewRecord
 
-__all__ = ["LedgerBackend", "LedgerTx", "is_url", "open_ledger", "redact_url", "url_key"]
+__all__ = [
+    "LedgerBackend",
+    "LedgerTx",
+    "WriteShortcuts",
+    "is_url",
+    "open_ledger",
+    "redact_url",
+    "url_key",
+]
 
 _URL = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
 
@@ -120,6 +130,41 @@ class LedgerBackend(Protocol):
         self, dim: int, batch: int = 50_000
     ) -> Iterator[tuple[str, Any, Vectors]]: ...
     def stats(self) -> dict[str, Any]: ...
+
+
+class WriteShortcuts:
+    """Single writes, each its own ``write()`` transaction: shared by both ledgers."""
+
+    def write(self) -> AbstractContextManager[LedgerTx]:
+        raise NotImplementedError
+
+    def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
+        """Insert records with their vectors in one transaction; returns (id, rowid)."""
+        with self.write() as tx:
+            return tx.insert(records, vectors)
+
+    def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
+        with self.write() as tx:
+            tx.supersede(old, new_id_, detail)
+
+    def delete(self, records: Iterable[Record]) -> int:
+        with self.write() as tx:
+            return tx.delete(records)
+
+    def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
+        with self.write() as tx:
+            tx.bump_mentions(record_id, weight=weight)
+
+
+def group_by_user(rows: Sequence[tuple[Any, ...]], dim: int) -> Iterator[tuple[str, Any, Vectors]]:
+    """(rowid, user_id, vector bytes) rows -> (user_id, rowids, vectors) per user."""
+    by_user: dict[str, list[tuple[int, bytes]]] = {}
+    for rowid, user_id, blob in rows:
+        by_user.setdefault(str(user_id), []).append((int(rowid), bytes(blob)))
+    for user_id, items in by_user.items():
+        ids = np.fromiter((i for i, _ in items), dtype=np.int64, count=len(items))
+        vecs = np.frombuffer(b"".join(b for _, b in items), dtype=np.float32)
+        yield user_id, ids, vecs.reshape(len(items), dim)
 
 
 def open_ledger(location: str | Path) -> LedgerBackend:

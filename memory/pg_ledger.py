@@ -22,14 +22,14 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from memory.backend import redact_url
+from memory.backend import WriteShortcuts, group_by_user, redact_url
 from memory.embedding import Vectors
 from memory.exceptions import LedgerError, SchemaVersionError
 from memory.pg_schema import ALL, CHANNEL, MIGRATIONS, PG_SCHEMA_VERSION, SET_SCOPE
@@ -39,7 +39,6 @@ from memory.schema import (
     COLUMNS,
     STATS_SQL,
     Change,
-    NewRecord,
     event_from_row,
     row_to_record,
 )
@@ -53,7 +52,7 @@ logger = logging.getLogger(__name__)
 RETAIN_CHANGES = 200_000
 
 
-class PgLedger:
+class PgLedger(WriteShortcuts):
     """Thread-safe access to one Postgres database. All methods block; call them off the loop."""
 
     def __init__(self, url: str, *, pool_size: int = 8, timeout_s: float = 5.0) -> None:
@@ -181,22 +180,6 @@ class PgLedger:
         """``with ledger.write() as tx``: one transaction under the maintenance scope until
         ``tx.lock_scope(user)`` narrows it to one user (and serialises with their writes)."""
         return PgTransaction(self._pool)
-
-    def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
-        with self.write() as tx:
-            return tx.insert(records, vectors)
-
-    def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
-        with self.write() as tx:
-            tx.supersede(old, new_id_, detail)
-
-    def delete(self, records: Iterable[Record]) -> int:
-        with self.write() as tx:
-            return tx.delete(records)
-
-    def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
-        with self.write() as tx:
-            tx.bump_mentions(record_id, weight=weight)
 
     def touch(self, usage: dict[int, tuple[int, float]]) -> None:
         if not usage:
@@ -438,13 +421,7 @@ class PgLedger:
             if not rows:
                 return
             last = int(rows[-1][0])
-            by_user: dict[str, list[tuple[int, bytes]]] = {}
-            for rowid, user_id, blob in rows:
-                by_user.setdefault(user_id, []).append((int(rowid), bytes(blob)))
-            for user_id, items in by_user.items():
-                ids = np.fromiter((i for i, _ in items), dtype=np.int64, count=len(items))
-                vecs = np.frombuffer(b"".join(b for _, b in items), dtype=np.float32)
-                yield user_id, ids, vecs.reshape(len(items), dim)
+            yield from group_by_user(rows, dim)
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: int(self._rows(sql)[0][0]) for k, sql in STATS_SQL.items()}
