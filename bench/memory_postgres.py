@@ -215,14 +215,16 @@ async def recall(args: argparse.Namespace, pg: LocalPostgres, workdir: Path) -> 
     rng = random.Random(2)
     queries = [_fill(rng.choice(QUESTIONS), rng) for _ in range(args.queries + 20 * args.servers)]
     out: dict[str, Any] = {"records": args.records}
-    url = pg.new_database()
-    out["postgres_load_s"] = round(await _fill_store(url, workdir / "pg", args.records), 1)
-    out["postgres"] = _servers(url, workdir / "pg", args.servers, queries)
-    print(json.dumps({"recall_postgres": out["postgres"]}), flush=True)
-    db = str(workdir / "sqlite.db")
-    out["sqlite_load_s"] = round(await _fill_store(db, workdir / "sq", args.records), 1)
-    out["sqlite_1_server"] = _servers(db, workdir / "sq", 1, queries[: len(queries) // 4])
-    print(json.dumps({"recall_sqlite": out["sqlite_1_server"]}), flush=True)
+    if "postgres" in args.backends:
+        url = pg.new_database()
+        out["postgres_load_s"] = round(await _fill_store(url, workdir / "pg", args.records), 1)
+        out["postgres"] = _servers(url, workdir / "pg", args.servers, queries)
+        print(json.dumps({"recall_postgres": out["postgres"]}), flush=True)
+    if "sqlite" in args.backends:
+        db = str(workdir / "sqlite.db")
+        out["sqlite_load_s"] = round(await _fill_store(db, workdir / "sq", args.records), 1)
+        out["sqlite_1_server"] = _servers(db, workdir / "sq", 1, queries[: len(queries) // 4])
+        print(json.dumps({"recall_sqlite": out["sqlite_1_server"]}), flush=True)
     return out
 
 
@@ -241,6 +243,7 @@ async def main() -> None:
     r.add_argument("--records", type=int, default=100_000)
     r.add_argument("--servers", type=int, default=4)
     r.add_argument("--queries", type=int, default=800, help="in all, split over the servers")
+    r.add_argument("--backends", nargs="+", default=["postgres", "sqlite"])
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="memory-pg-bench-"))
     fn = {"add-many": add_many, "lag": lag, "recall": recall}[args.cmd]
