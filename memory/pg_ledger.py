@@ -67,7 +67,6 @@ class PgLedger(WriteShortcuts):
                 min_size=1,
                 max_size=pool_size,
                 timeout=timeout_s,
-                check=ConnectionPool.check_connection,
                 name="loopstack-memory",
                 open=False,
             )
@@ -110,13 +109,23 @@ class PgLedger(WriteShortcuts):
             )
 
     def _rows(self, sql: str, params: Sequence[Any] = (), scope: str = ALL) -> list[Any]:
-        """Run one read in a transaction under ``scope`` (a user id, or ``*``)."""
-        try:
-            with self._pool.connection() as conn:
-                conn.execute(SET_SCOPE, (scope,))
-                return conn.execute(sql, params).fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise errors("a read")(exc) from exc
+        """Run one read in a transaction under ``scope`` (a user id, or ``*``): BEGIN, the
+        scope and the query go out in one pipeline (one round trip), then COMMIT. A read on
+        a connection that died with a server restart is retried once on a fresh one."""
+        for attempt in (1, 2):
+            try:
+                with self._pool.connection() as conn:
+                    with conn.pipeline() as pipe:
+                        conn.execute(SET_SCOPE, (scope,))
+                        cur = conn.execute(sql, params)
+                        pipe.sync()
+                        return cur.fetchall()
+            except psycopg.OperationalError as exc:
+                if attempt == 2:
+                    raise errors("a read")(exc) from exc
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise errors("a read")(exc) from exc
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self._stop.set()

@@ -222,14 +222,20 @@ class PgTransaction:
         self._conn: psycopg.Connection[Any] | None = None
 
     def __enter__(self) -> PgTx:
-        try:
-            self._conn = self._pool.getconn()
-            self._conn.execute(SET_SCOPE, (ALL,))
-            self._tx = PgTx(self._conn.cursor())
-        except (psycopg.Error, PoolTimeout) as exc:
-            self._release()
-            raise errors("starting a write")(exc) from exc
-        return self._tx
+        for attempt in (1, 2):  # a connection that died with a server restart: once more
+            try:
+                self._conn = self._pool.getconn()
+                self._conn.execute(SET_SCOPE, (ALL,))
+                self._tx = PgTx(self._conn.cursor())
+                return self._tx
+            except psycopg.OperationalError as exc:
+                self._release()
+                if attempt == 2:
+                    raise errors("starting a write")(exc) from exc
+            except (psycopg.Error, PoolTimeout) as exc:
+                self._release()
+                raise errors("starting a write")(exc) from exc
+        raise AssertionError("unreachable")
 
     def _release(self) -> None:
         if self._conn is not None:

@@ -32,9 +32,18 @@ def _spawn(url: str, replica: Path, seed: int, mode: str, n: int = 0) -> subproc
         [sys.executable, str(APP), url, str(replica), str(seed), mode, str(n)],
         stdin=subprocess.PIPE if mode == "verify" else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # not JSON: skipped by _rows, shown when a server fails
         text=True,
     )
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 300) -> str:
+    """The rest of the server's output, through the same buffered reader ``readline`` used
+    (``communicate`` would read the pipe underneath and lose what that reader buffered)."""
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait(timeout)
+    return out
 
 
 def _rows(out: str) -> list[dict[str, Any]]:
@@ -57,7 +66,7 @@ def _wait_ready(proc: subprocess.Popen[str], acks: int = 0) -> list[str]:
     lines, seen = [], 0
     while True:
         line = proc.stdout.readline()
-        assert line, proc.stderr.read() if proc.stderr else "app server died"
+        assert line, "".join(lines)[-3000:] or "app server died"
         lines.append(line)
         if '"ready"' in line and acks == 0:
             return lines
@@ -71,8 +80,8 @@ def _verify(url: str, replicas: list[Path], acks: list[dict[str, Any]]) -> None:
     data = "".join(json.dumps(a) + "\n" for a in acks)
     procs = [_spawn(url, r, 900 + i, "verify") for i, r in enumerate(replicas)]
     for p in procs:
-        out, err = p.communicate(data, timeout=240)
-        assert p.returncode == 0, err[-3000:]
+        out, _ = p.communicate(data, timeout=240)
+        assert p.returncode == 0, out[-3000:]
         res = next(r for r in _rows(out) if "checked" in r)
         assert res["lost"] == [], f"acknowledged records lost: {res['lost']}"
         assert res["missing"] == [], f"not recallable on a replica: {res['missing']}"
@@ -106,8 +115,8 @@ def test_servers_write_and_recall_concurrently(
     procs = [_spawn(url, replicas[i], i + 1, "write", WRITES) for i in range(servers)]
     rows: list[dict[str, Any]] = []
     for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-3000:]
         rows += _rows(out)
     assert [r for r in rows if "error" in r] == []
     assert sum(r["xuser"] for r in rows if "xuser" in r) == 0, "another user's rows recalled"
@@ -132,7 +141,7 @@ def test_kill_9_of_a_server_mid_write_loses_nothing(
     os.kill(procs[1].pid, signal.SIGKILL)
     acks: list[dict[str, Any]] = []
     for p, first in zip(procs, early, strict=True):
-        out, _ = p.communicate(timeout=30)
+        out = _finish(p, timeout=30)
         assert p.returncode == -signal.SIGKILL
         acks += _acks(_rows("".join(first) + out))
     assert len(acks) >= 12
@@ -153,14 +162,14 @@ def test_postgres_restart_mid_run(postgres: LocalPostgres, tmp_path: Path) -> No
     postgres.resume()
     rows: list[dict[str, Any]] = []
     for p, first in zip(procs, early, strict=True):
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
+        out = _finish(p)
+        assert p.returncode == 0, out[-3000:]
         rows += _rows("".join(first) + out)
     errors = [r["error"] for r in rows if "error" in r]
     assert errors, "the outage was not noticed"
     assert all(e.startswith("postgres ledger: ") for e in errors), errors[:3]
     acks = _acks(rows)
-    assert len(acks) == 2 * WRITES
+    assert len(acks) == 2 * WRITES, [r for r in rows if "id" not in r]
     _no_duplicates(url)
     _verify(url, replicas, acks)
     postgres.drop_schema(url)
