@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install clients serve test test-unit test-integration lint format bench bench-serving eval images clean
+.PHONY: help install clients postgres serve test test-unit test-integration lint format bench bench-serving eval images clean
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
@@ -53,6 +53,15 @@ $(CLIENTS)/.installed: requirements/clients.txt
 	$(CLIENTS)/bin/pip install -q --no-compile -r requirements/clients.txt
 	touch $@
 
+# The memory tests start and stop their own PostgreSQL 15 (memory/pg_server.py) from the
+# Debian server binaries; a machine without them gets the package here (never a mock).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+	  echo "installing postgresql-15 for the memory tests' own server"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql-15 >/dev/null; }
+
 serve: install
 	$(BIN)/loopstack serve
 
@@ -69,7 +78,7 @@ format: install
 # lock) and then finds it ready. A failed preparation is shown; the tests report it too.
 # The clients venv is made beside them too, under a lock the ecosystem tests wait on (`make`,
 # not $(MAKE), which would make `make -n test` run this whole recipe).
-test: install
+test: install postgres
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
 	  prep=$$!; \
 	  flock $(CLIENTS).lock make -s clients > $(VENV)/clients.log 2>&1 & \
@@ -80,7 +89,7 @@ test: install
 	  wait $$clients || { echo "make clients failed:"; tail -20 $(VENV)/clients.log; }; \
 	  exit $$rc
 
-test-unit: install
+test-unit: install postgres
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/unit $(PYTEST_ARGS)
 
 test-integration: install

@@ -74,6 +74,6 @@ class StoreMemory:
 
 
 def open_store(path: str | Path | None = None) -> AsyncMemoryStore:
-    """The default store under ``$LOOPSTACK_HOME/memory`` (MemorySettings decide the rest:
+    """The default store: ``LOOPSTACK_MEMORY_URL`` or ``$LOOPSTACK_HOME/memory`` (settings decide:
     the offline MiniLM embedder unless ``LOOPSTACK_MEMORY_EMBEDDER`` says otherwise)."""
     return AsyncMemoryStore(path)

@@ -1,8 +1,9 @@
-"""``loopstack memory ...``: add, search, list, forget, history, reindex, stats, decay.
+"""``loopstack memory ...``: add, search, list, forget, history, reindex, stats, decay, migrate.
 
 Mounted by the root CLI (``app.add_typer(memory.cli.app, name="memory")``) and runnable on
 its own: ``python -m memory.cli --help``. Every command takes ``--db`` (default:
-``$LOOPSTACK_MEMORY_PATH`` or ``$LOOPSTACK_HOME/memory/memory.db``); ``--json`` prints
+``$LOOPSTACK_MEMORY_URL``, else ``$LOOPSTACK_MEMORY_PATH`` or
+``$LOOPSTACK_HOME/memory/memory.db``): a SQLite file or a ``postgresql://`` URL; ``--json`` prints
 machine-readable output. Settings come from ``LOOPSTACK_MEMORY_*`` variables.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -25,19 +25,24 @@ __all__ = ["app"]
 
 app = typer.Typer(
     name="memory",
-    help="Long-term memory: a SQLite ledger with FAISS recall.",
+    help="Long-term memory: a SQLite or Postgres ledger with FAISS recall.",
     no_args_is_help=True,
     add_completion=False,
 )
 
-DbOpt = Annotated[Path | None, typer.Option("--db", help="Ledger file (SQLite).")]
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="Ledger: a SQLite file or a postgresql:// URL (LOOPSTACK_MEMORY_URL)."
+    ),
+]
 UserOpt = Annotated[str, typer.Option("--user", "-u", help="User id (scope).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _store(db: Path | None) -> MemoryStore:
+def _store(db: str | None) -> MemoryStore:
     settings = MemorySettings()
-    return MemoryStore(db or settings.resolved_path(), settings=settings)
+    return MemoryStore(db or settings.location(), settings=settings)
 
 
 def _fmt_ts(ts: float | None) -> str:
@@ -244,6 +249,26 @@ def decay(db: DbOpt = None) -> None:
     def go() -> None:
         with _store(db) as st:
             typer.echo(json.dumps(st.decay()))
+
+    _run(go)
+
+
+@app.command()
+def migrate(
+    source: Annotated[str, typer.Option("--from", help="sqlite:PATH of the store to copy.")],
+    target: Annotated[str, typer.Option("--to", help="postgresql:// URL of an empty ledger.")],
+    samples: Annotated[int, typer.Option(help="Records for the recall spot-check.")] = 20,
+) -> None:
+    """Copy a SQLite store (history and change log included) into Postgres, then verify
+    table counts and a recall spot-check. Exits 1 when the verification fails."""
+
+    def go() -> None:
+        from memory.migrate import migrate as run_migration
+
+        report = run_migration(source, target, samples=samples, settings=MemorySettings())
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+        if not report.ok:
+            raise typer.Exit(1)
 
     _run(go)
 

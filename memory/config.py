@@ -36,6 +36,15 @@ class MemorySettings(BaseSettings):
     path: Path | None = Field(
         default=None, description="Ledger file; default $LOOPSTACK_HOME/memory/memory.db"
     )
+    url: str | None = Field(
+        default=None,
+        description="A postgresql:// URL: one ledger shared by every app server (over `path`)",
+    )
+    index_dir: Path | None = Field(
+        default=None,
+        description="This server's FAISS replica folder; default beside the ledger file, or "
+        "$LOOPSTACK_HOME/memory/pg-<hash of the URL>.index for Postgres",
+    )
     index_kind: Literal["auto", "flat", "hnsw"] = "auto"
     hnsw_threshold: int = Field(
         default=20_000,
@@ -115,6 +124,11 @@ class MemorySettings(BaseSettings):
         default=0.5,
         description="Cosine a record needs to be checked as an older value of the same subject",
     )
+    update_similarity: float = Field(
+        default=0.3,
+        description="Cosine an older record needs to be superseded by an explicit update of "
+        "its subject ('moved to', 'now works at', 'changed to', 'no longer')",
+    )
     promote_after: int = Field(default=3, description="Mentions before an observation is kept")
     explicit_weight: float = 2.0
     default_weight: float = 1.0
@@ -137,6 +151,11 @@ class MemorySettings(BaseSettings):
         if not 0.0 <= self.trust_floor <= 1.0 or self.w_trust < 0:
             raise ConfigError("trust_floor must be in [0, 1] and w_trust >= 0")
         return self
+
+    def location(self) -> str | Path:
+        """Where the default store lives: ``url`` (``LOOPSTACK_MEMORY_URL``) when set, else
+        the ledger file."""
+        return self.url if self.url else self.resolved_path()
 
     def resolved_path(self) -> Path:
         """The ledger path: the explicit one or the default under ``LOOPSTACK_HOME``."""

@@ -13,10 +13,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from memory.backend import LedgerBackend
 from memory.config import MemorySettings
 from memory.embedding import Embedder
 from memory.exceptions import RedactedError
-from memory.ledger import Ledger
 from memory.records import MemorySource, MemoryType, Recall, Scope, WriteResult
 from memory.writeback import Proposal, fingerprint, only_redactions, redact
 
@@ -33,7 +33,7 @@ class WriteTarget(Protocol):
     embedder: Embedder
 
     @property
-    def ledger(self) -> Ledger: ...
+    def ledger(self) -> LedgerBackend: ...
 
     @property
     def add_many(self) -> Callable[..., Awaitable[list[str]]]: ...

@@ -18,12 +18,13 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from memory.backend import WriteShortcuts, group_by_user
 from memory.embedding import Vectors
 from memory.exceptions import LedgerError, SchemaVersionError
 from memory.pipeline import doc_terms
@@ -32,6 +33,7 @@ from memory.schema import (
     COLUMNS,
     SCHEMA,
     SCHEMA_VERSION,
+    STATS_SQL,
     Change,
     NewRecord,
     event_from_row,
@@ -46,7 +48,7 @@ __all__ = ["Change", "Ledger", "NewRecord", "Tx", "new_id", "scope_token"]
 logger = logging.getLogger(__name__)
 
 
-class Ledger:
+class Ledger(WriteShortcuts):
     """Thread-safe access to one ledger file. All methods block; call them off the loop."""
 
     def __init__(self, path: str | Path) -> None:
@@ -88,6 +90,12 @@ class Ledger:
                 self._readers.append(conn)
         return conn
 
+    def describe(self) -> str:
+        return str(self.path)
+
+    def on_change(self, callback: Callable[[], object]) -> None:
+        """SQLite cannot tell: readers replay the change log before each recall."""
+
     def close(self) -> None:
         with self._readers_lock:
             for conn in self._readers:
@@ -115,23 +123,6 @@ class Ledger:
         ``tx`` see every commit of every process (no one else can commit meanwhile), so
         decisions taken on them (duplicate, supersede) hold when the transaction commits."""
         return _Transaction(self._writer, self._write_lock)
-
-    def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
-        """Insert records with their vectors in one transaction; returns (id, rowid)."""
-        with self.write() as tx:
-            return tx.insert(records, vectors)
-
-    def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
-        with self.write() as tx:
-            tx.supersede(old, new_id_, detail)
-
-    def delete(self, records: Iterable[Record]) -> int:
-        with self.write() as tx:
-            return tx.delete(records)
-
-    def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
-        with self.write() as tx:
-            tx.bump_mentions(record_id, weight=weight)
 
     def touch(self, usage: dict[int, tuple[int, float]]) -> None:
         """Apply buffered recall usage: rowid -> (extra hits, last used ts)."""
@@ -410,27 +401,12 @@ class Ledger:
             if not rows:
                 return
             last = int(rows[-1][0])
-            by_user: dict[str, list[tuple[int, bytes]]] = {}
-            for rowid, user_id, blob in rows:
-                by_user.setdefault(user_id, []).append((int(rowid), blob))
-            for user_id, items in by_user.items():
-                ids = np.fromiter((i for i, _ in items), dtype=np.int64, count=len(items))
-                vecs = np.frombuffer(b"".join(b for _, b in items), dtype=np.float32)
-                yield user_id, ids, vecs.reshape(len(items), dim)
+            yield from group_by_user(rows, dim)
 
     def stats(self) -> dict[str, Any]:
-        q = self._reader.execute
-        return {
-            "path": str(self.path),
-            "records": int(q("SELECT count(*) FROM records").fetchone()[0]),
-            "active": int(
-                q("SELECT count(*) FROM records WHERE superseded_by IS NULL").fetchone()[0]
-            ),
-            "users": int(q("SELECT count(DISTINCT user_id) FROM records").fetchone()[0]),
-            "observations": int(q("SELECT count(*) FROM observations").fetchone()[0]),
-            "pending_changes": int(q("SELECT count(*) FROM changes").fetchone()[0]),
-            "bytes": self.path.stat().st_size if self.path.exists() else 0,
-        }
+        out = {k: int(self._reader.execute(sql).fetchone()[0]) for k, sql in STATS_SQL.items()}
+        size = self.path.stat().st_size if self.path.exists() else 0
+        return {"path": str(self.path), **out, "bytes": size}
 
 
 class Tx:
@@ -438,6 +414,9 @@ class Tx:
 
     def __init__(self, cur: sqlite3.Cursor) -> None:
         self.cur = cur
+
+    def lock_scope(self, user_id: str) -> None:
+        """Nothing to do: ``BEGIN IMMEDIATE`` already serialises every write of the file."""
 
     # --- reads on the writer's snapshot ----------------------------------------------------
     def get(self, record_id: str) -> Record | None:

@@ -252,9 +252,9 @@ def score_candidates(
 
 
 def render_line(rec: Record, promote_after: int = 3) -> str:
-    """``- [type | YYYY-MM | provenance] text``, the text on one line."""
+    """``- [type | YYYY-MM-DD | provenance] text``, the text on one line."""
     text = " ".join(rec.text.split())
-    return f"- [{rec.type.value} | {rec.month} | {provenance_label(rec, promote_after)}] {text}"
+    return f"- [{rec.type.value} | {rec.day} | {provenance_label(rec, promote_after)}] {text}"
 
 
 def pack(

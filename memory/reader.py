@@ -14,10 +14,10 @@ from typing import Literal
 
 import numpy as np
 
+from memory.backend import LedgerBackend
 from memory.config import MemorySettings
 from memory.embedding import Vectors
 from memory.index import shard_name
-from memory.ledger import Ledger
 from memory.pipeline import (
     pack,
     prune_terms,
@@ -39,7 +39,7 @@ class RecallReader:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: LedgerBackend,
         replica: IndexReplica,
         settings: MemorySettings,
         record_usage: Callable[[list[Candidate]], None],

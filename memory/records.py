@@ -119,8 +119,14 @@ class Record:
 
     @property
     def month(self) -> str:
-        """``YYYY-MM`` of creation, as rendered in the ``<memory>`` block."""
+        """``YYYY-MM`` of creation."""
         return datetime.fromtimestamp(self.created_at, tz=UTC).strftime("%Y-%m")
+
+    @property
+    def day(self) -> str:
+        """``YYYY-MM-DD`` of creation, as rendered in the ``<memory>`` block (a month was
+        not enough to tell which of two values of one subject is newer)."""
+        return datetime.fromtimestamp(self.created_at, tz=UTC).strftime("%Y-%m-%d")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from memory.backend import LedgerBackend
 from memory.config import MemorySettings
 from memory.embedding import Embedder
 from memory.index import ShardedIndex, shard_name
-from memory.ledger import Change, Ledger
+from memory.schema import Change
 
 __all__ = ["IndexReplica"]
 
@@ -41,7 +42,9 @@ logger = logging.getLogger(__name__)
 class IndexReplica:
     """The ledger-to-index replay loop, its persistence and full rebuilds."""
 
-    def __init__(self, ledger: Ledger, index: ShardedIndex, settings: MemorySettings) -> None:
+    def __init__(
+        self, ledger: LedgerBackend, index: ShardedIndex, settings: MemorySettings
+    ) -> None:
         self.ledger = ledger
         self.index = index
         self.settings = settings

@@ -21,6 +21,7 @@ __all__ = [
     "COLUMNS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "STATS_SQL",
     "Change",
     "NewRecord",
     "event_from_row",
@@ -109,6 +110,15 @@ CREATE TABLE IF NOT EXISTS user_terms (
     PRIMARY KEY (user_id, term)
 ) WITHOUT ROWID;
 """
+
+#: ``stats()`` figures, the same SQL on SQLite and Postgres.
+STATS_SQL = {
+    "records": "SELECT count(*) FROM records",
+    "active": "SELECT count(*) FROM records WHERE superseded_by IS NULL",
+    "users": "SELECT count(DISTINCT user_id) FROM records",
+    "observations": "SELECT count(*) FROM observations",
+    "pending_changes": "SELECT count(*) FROM changes",
+}
 
 COLUMNS = (
     "rowid, id, user_id, agent_id, session_id, text, type, source, confidence, created_at, "

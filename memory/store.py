@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from memory.config import MemorySettings
+from memory.backend import LedgerBackend, is_url, open_ledger, url_key
+from memory.config import MemorySettings, loopstack_home
 from memory.embedding import Embedder, Vectors, make_embedder
 from memory.exceptions import (
     IndexMismatchError,
@@ -36,7 +37,6 @@ from memory.exceptions import (
 )
 from memory.execution import execute
 from memory.index import ShardedIndex
-from memory.ledger import Ledger, NewRecord
 from memory.llm import ModelClient
 from memory.reader import RecallMode, RecallReader
 from memory.records import (
@@ -51,6 +51,7 @@ from memory.records import (
     WriteResult,
 )
 from memory.replica import IndexReplica
+from memory.schema import NewRecord
 from memory.trust import USER_CONFIRMED
 from memory.writeback import fingerprint, only_redactions, plan_turn, redact, redact_turn
 from memory.writer import OnConflict, RecordWriter
@@ -77,7 +78,15 @@ class AsyncMemoryStore:
         model: ModelClient | None = None,
     ) -> None:
         self.settings = settings or MemorySettings()
-        self.path = (Path(path) if path is not None else self.settings.resolved_path()).expanduser()
+        where = path if path is not None else self.settings.location()
+        #: ``postgresql://...`` for a shared Postgres ledger, else None (a SQLite file).
+        self.url: str | None = str(where) if is_url(where) else None
+        #: The ledger file, or for Postgres the local base name of this server's replica.
+        self.path = (
+            Path(self.settings.index_dir or loopstack_home() / "memory" / url_key(self.url))
+            if self.url
+            else Path(where).expanduser()
+        )
         self.embedder: Embedder = embedder or make_embedder(self.settings)
         s = self.settings
         if model is None and s.llm_base_url:
@@ -85,7 +94,7 @@ class AsyncMemoryStore:
                 s.llm_base_url, model=s.llm_model, api_key=s.llm_api_key, timeout_s=s.llm_timeout_s
             )
         self.model = model
-        self._ledger: Ledger | None = None
+        self._ledger: LedgerBackend | None = None
         self._replica: IndexReplica | None = None
         self._writer: RecordWriter | None = None
         self._reader: RecallReader | None = None
@@ -97,10 +106,12 @@ class AsyncMemoryStore:
     # --- lifecycle ---------------------------------------------------------------------
     @property
     def index_dir(self) -> Path:
+        if self.settings.index_dir is not None:
+            return self.settings.index_dir.expanduser()
         return self.path.with_name(self.path.name + ".index")
 
     @property
-    def ledger(self) -> Ledger:
+    def ledger(self) -> LedgerBackend:
         if self._ledger is None:
             raise RuntimeError("store is not open: await store.open() first")
         return self._ledger
@@ -134,7 +145,7 @@ class AsyncMemoryStore:
         return self
 
     def _open_sync(self, *, check_embedder: bool = True) -> None:
-        ledger = Ledger(self.path)
+        ledger = open_ledger(self.url or self.path)
         name, dim = self.embedder.name, self.embedder.dim
         stored = ledger.get_meta("embedder")
         if stored is None:
@@ -142,7 +153,7 @@ class AsyncMemoryStore:
         elif stored != f"{name}:{dim}" and check_embedder:
             ledger.close()
             raise IndexMismatchError(
-                f"{self.path} was embedded with {stored}, this store uses {name}:{dim}; "
+                f"{ledger.describe()} was embedded with {stored}, this store uses {name}:{dim}; "
                 "run `loopstack memory reindex --reembed`"
             )
         s = self.settings
@@ -159,11 +170,13 @@ class AsyncMemoryStore:
         self._ledger, self._replica = ledger, IndexReplica(ledger, index, s)
         self._writer = RecordWriter(ledger, self._replica, s)
         self._reader = RecallReader(ledger, self._replica, s, self._record_usage)
+        replica = self._replica
+        ledger.on_change(lambda: replica.catch_up(blocking=False))  # other servers' writes
         if check_embedder:
             self.replica.open()
         else:
             index.wipe()  # about to re-embed everything and rebuild
-        logger.info("memory store %s open: %d vectors", self.path, len(index))
+        logger.info("memory store %s open: %d vectors", ledger.describe(), len(index))
 
     async def close(self) -> None:
         async with self._write_lock:
@@ -324,6 +337,7 @@ class AsyncMemoryStore:
 
         def run() -> None:
             with self.ledger.write() as tx:
+                tx.lock_scope(user_id)
                 rec = tx.get(record_id)
                 if rec is None or rec.user_id != user_id:
                     raise NotFoundError(f"no record {record_id} for this user")
@@ -342,6 +356,7 @@ class AsyncMemoryStore:
 
     def _forget_sync(self, record_id: str, user_id: str) -> list[str]:
         with self.ledger.write() as tx:
+            tx.lock_scope(user_id)
             rec = tx.get(record_id)
             if rec is None or rec.user_id != user_id:
                 raise NotFoundError(f"no record {record_id} for this user")

@@ -38,6 +38,7 @@ __all__ = [
     "redact",
     "redact_turn",
     "same_content",
+    "updates_subject",
 ]
 
 ProposalKind = Literal["explicit", "correction", "conclusion", "observation", "distilled", "forget"]
@@ -94,6 +95,50 @@ def conflicting_value(old: str, new: str, *, max_value_words: int = 4) -> bool:
     if not da or not db:  # one side only adds words: a negation flips the value
         return bool(set(da or db) & _NEGATIONS) and len(da or db) <= 2
     return max(len(da), len(db)) <= min(max_value_words, len(frame))
+
+
+# A predicate family: a newer statement of the same family about the same subject replaces
+# the older one when it says so ("moved to", "now works at", "changed to", "no longer").
+_FAMILIES = {
+    "place": r"(?:lives?|living|lived|resides?|(?:is |are )?based|moved|moves|relocated)"
+    r" (?:back )?(?:in|to)",
+    "work": r"(?:works?|working|worked|employed) (?:at|for)|joined",
+    "uses": r"(?:uses?|using|switched to|migrated to)",
+    "value": r"(?:is|are|was) (?:now |at |on )*|(?:has |have )?changed (?:to|from)",
+}
+_PREDICATE = re.compile(r"\b(?:" + "|".join(f"(?P<{k}>{v})" for k, v in _FAMILIES.items()) + r")\b")
+_UPDATE_CUE = re.compile(
+    r"\b(?:moved|relocated|now|changed|switched|migrated|no longer|not any ?more|anymore|joined)\b"
+)
+_SUBJECT_SKIP = {"now", "no", "longer", "actually", "recently", "just", "also", "has", "have"}
+
+
+def _subject_and_families(words: str) -> tuple[str, set[str]]:
+    """The words before the first predicate (the subject) and every predicate family."""
+    matches = list(_PREDICATE.finditer(words))
+    if not matches:
+        return "", set()
+    head = [w for w in words[: matches[0].start()].split() if w not in _SUBJECT_SKIP]
+    fams = {k for m in matches for k, v in m.groupdict().items() if v}
+    return " ".join(head), fams
+
+
+def updates_subject(old: str, new: str, *, max_subject_words: int = 5) -> bool:
+    """The supersede rule's second test: ``new`` says that the value of ``old``'s subject
+    changed. Both share their subject (the words before the first predicate: "my sister")
+    and a predicate family (where someone lives, works, what they use, what something is),
+    and ``new`` carries an update cue ("moved to", "now works at", "changed to", "no longer").
+    "My sister moved to Porto last month and works there as a nurse." updates "My sister
+    lives in Lisbon and works as a nurse."; "My brother moved to Porto", "My sister visited
+    Porto" and "My sister now works at a clinic" do not."""
+    a, b = fingerprint(old), fingerprint(new)
+    if a == b or not _UPDATE_CUE.search(b):
+        return False
+    subj_a, fam_a = _subject_and_families(a)
+    subj_b, fam_b = _subject_and_families(b)
+    if not subj_a or subj_a != subj_b or len(subj_a.split()) > max_subject_words:
+        return False
+    return bool(fam_a & fam_b)
 
 
 # --- detectors ---------------------------------------------------------------------------

@@ -14,9 +14,12 @@ The rules (docs/memory.md, "Write rules"):
 * **Supersede** (one rule, ``on_conflict="supersede"``): a new record supersedes an active
   one of the same user when both state the **same subject with a different value**
   (:func:`memory.writeback.conflicting_value`: the texts share their frame and differ in
-  one short span, or by a negation) and the older one is at least ``supersede_similarity``
-  close. An unverified record never supersedes a verified one: it is stored beside it and
-  both get a history event. ``on_conflict="keep"`` turns superseding off for one ``add``.
+  one short span, or by a negation; or :func:`memory.writeback.updates_subject`: the new one
+  says the subject's value changed, "moved to", "now works at", "changed to", "no longer")
+  and the older one is at least ``supersede_similarity`` close. An unverified record never
+  supersedes a verified one: it is stored beside it and both get a history event.
+  ``on_conflict="keep"`` turns superseding off for one ``add``. An explicit update (the
+  second test) needs only ``update_similarity``: "I work at Acme" / "I now work at Globex".
 """
 
 from __future__ import annotations
@@ -25,17 +28,19 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
+import faiss
 import numpy as np
 
+from memory.backend import LedgerBackend, LedgerTx
 from memory.config import MemorySettings
 from memory.embedding import Vectors
 from memory.exceptions import NotFoundError
 from memory.index import shard_name
-from memory.ledger import Ledger, NewRecord, Tx
 from memory.records import MemorySource, Record
 from memory.replica import IndexReplica
+from memory.schema import NewRecord
 from memory.trust import USER_CONFIRMED, provenance
-from memory.writeback import conflicting_value, same_content
+from memory.writeback import conflicting_value, same_content, updates_subject
 
 __all__ = ["OnConflict", "RecordWriter"]
 
@@ -69,10 +74,49 @@ class _Pending:
     replaces: list[Record | int]  # active records, or indexes of earlier pending items
 
 
+class _Batch:
+    """The pending items of one ``add``: by fingerprint, and a small in-memory HNSW index of
+    their vectors, so each new item is compared with its nearest pending neighbours only
+    (an ``add_many`` of n items costs O(n log n), not O(n^2))."""
+
+    def __init__(self, dim: int) -> None:
+        self.items: list[_Pending] = []
+        self.by_fp: dict[tuple[str, str], int] = {}
+        self.dim = dim
+        self._index: faiss.IndexHNSWFlat | None = None
+
+    def neighbours(self, vec: Vectors, k: int) -> list[tuple[int, float]]:
+        if not self.items:
+            return []
+        if len(self.items) <= 4 * k:  # small batches: exact, every item
+            sims = np.stack([p.vec for p in self.items]) @ vec
+            return [(j, float(sims[j])) for j in np.argsort(-sims)[:k]]
+        if self._index is None:
+            self._index = faiss.IndexHNSWFlat(self.dim, 16, faiss.METRIC_INNER_PRODUCT)
+            self._index.hnsw.efSearch = 64
+            self._index.add(np.stack([p.vec for p in self.items]).astype(np.float32))
+        sims, ids = self._index.search(vec[None, :].astype(np.float32), k)
+        return [(int(j), float(s)) for j, s in zip(ids[0], sims[0], strict=True) if j >= 0]
+
+    def append(self, p: _Pending) -> int:
+        self.items.append(p)
+        self.by_fp.setdefault((p.item.scope.user_id, p.item.fingerprint), len(self.items) - 1)
+        if self._index is not None:
+            self._index.add(p.vec[None, :].astype(np.float32))
+        return len(self.items) - 1
+
+
+def supersedes_value(old: str, new: str) -> bool:
+    """Whether ``new`` states a newer value of ``old``'s subject (either test)."""
+    return conflicting_value(old, new) or updates_subject(old, new)
+
+
 class RecordWriter:
     """Sync (worker-thread) executor of adds; the store serialises calls with its lock."""
 
-    def __init__(self, ledger: Ledger, replica: IndexReplica, settings: MemorySettings) -> None:
+    def __init__(
+        self, ledger: LedgerBackend, replica: IndexReplica, settings: MemorySettings
+    ) -> None:
         self.ledger, self.replica, self.settings = ledger, replica, settings
 
     def add(
@@ -87,15 +131,17 @@ class RecordWriter:
         """Insert ``items`` (one transaction); returns one id per item (an existing id for a
         duplicate)."""
         out: list[str | int] = []
-        pending: list[_Pending] = []
+        batch = _Batch(int(vecs.shape[1]) if len(vecs) else 1)
+        pending = batch.items
         with self.ledger.write() as tx:
+            tx.lock_scope(items[0].scope.user_id)  # Postgres: serialise with other servers
             # Under the write lock nobody can commit: after this replay (complete even when
             # another process trimmed the change log, see IndexReplica.catch_up) the index
             # holds exactly the ledger's active records, so the neighbour search below takes
             # its duplicate/supersede candidates from the committed state (issue #10).
             self.replica.catch_up()
             for item, vec in zip(items, vecs, strict=True):
-                out.append(self._decide(tx, item, vec, pending, check, on_conflict))
+                out.append(self._decide(tx, item, vec, batch, check, on_conflict))
             if supersedes is not None and pending:
                 target = tx.get(supersedes)
                 if target is None or target.user_id != items[0].scope.user_id:
@@ -123,10 +169,10 @@ class RecordWriter:
 
     def _decide(
         self,
-        tx: Tx,
+        tx: LedgerTx,
         item: NewRecord,
         vec: Vectors,
-        pending: list[_Pending],
+        batch: _Batch,
         check: bool,
         on_conflict: OnConflict,
     ) -> str | int:
@@ -135,9 +181,9 @@ class RecordWriter:
         replaces: list[Record | int] = []
         if check:
             user = item.scope.user_id
-            for j, p in enumerate(pending):
-                if p.item.fingerprint == item.fingerprint and p.item.scope.user_id == user:
-                    return j
+            same = batch.by_fp.get((user, item.fingerprint))
+            if same is not None:
+                return same
             dup = tx.by_fingerprint(user, item.fingerprint)
             neighbours = [] if dup is not None else self._neighbours(tx, item, vec)
             for old, sim in neighbours:
@@ -153,16 +199,20 @@ class RecordWriter:
                 return dup.id
             if on_conflict == "supersede":
                 new = as_record(item)
+                floor = min(s.supersede_similarity, s.update_similarity)
                 cands: list[tuple[Record | int, Record, float]] = [
                     (old, old, sim) for old, sim in neighbours
                 ]
                 cands += [
-                    (j, as_record(p.item), float(np.dot(p.vec, vec)))
-                    for j, p in enumerate(pending)
-                    if p.item.scope.user_id == user
+                    (j, as_record(batch.items[j].item), sim)
+                    for j, sim in batch.neighbours(vec, _NEIGHBOURS)
+                    if sim >= floor and batch.items[j].item.scope.user_id == user
                 ]
                 for ref, old, sim in cands:
-                    if sim < s.supersede_similarity or not conflicting_value(old.text, item.text):
+                    if not (
+                        (sim >= s.supersede_similarity and conflicting_value(old.text, item.text))
+                        or (sim >= s.update_similarity and updates_subject(old.text, item.text))
+                    ):
                         continue
                     if self._may_supersede(new, old):
                         replaces.append(ref)
@@ -172,10 +222,11 @@ class RecordWriter:
                             "conflict_kept",
                             f"an unverified record said otherwise: {item.text[:80]}",
                         )
-        pending.append(_Pending(item, vec, replaces))
-        return len(pending) - 1
+        return batch.append(_Pending(item, vec, replaces))
 
-    def _neighbours(self, tx: Tx, item: NewRecord, vec: Vectors) -> list[tuple[Record, float]]:
+    def _neighbours(
+        self, tx: LedgerTx, item: NewRecord, vec: Vectors
+    ) -> list[tuple[Record, float]]:
         hits = self.replica.index.search(shard_name(item.scope.user_id), vec[None, :], _NEIGHBOURS)
         recs = tx.active([h[0] for h in hits], item.scope.user_id)
         return [(recs[r], sim) for r, sim in hits if r in recs]
@@ -185,7 +236,7 @@ class RecordWriter:
         k = self.settings.promote_after
         return provenance(new, k) != "unverified" or provenance(old, k) == "unverified"
 
-    def _restate(self, tx: Tx, old: Record, item: NewRecord) -> None:
+    def _restate(self, tx: LedgerTx, old: Record, item: NewRecord) -> None:
         """A restatement: one more mention; a confirmation when it is better backed."""
         tx.bump_mentions(old.id, weight=item.weight)
         k = self.settings.promote_after

@@ -21,6 +21,13 @@ from memory.pipeline import (
     stem_terms,
 )
 from memory.records import Candidate, MemorySource, MemoryType, Record, Scope
+from tests.unit.memory.conftest import BACKENDS
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The contract: every test here that uses ``store`` runs on SQLite and on Postgres."""
+    return str(request.param)
 
 
 def _rec(text: str, **kw: object) -> Record:
@@ -96,8 +103,8 @@ def test_block_format_and_order() -> None:
     lines = block.splitlines()
     assert lines[0] == "<memory>" and lines[-1] == "</memory>"
     assert "Newer wins on conflict" in block and "current words win" in block
-    assert lines[-3] == "- [fact | 2023-11 | user said] User lives in Berlin"
-    assert lines[-2] == "- [episode | 2026-05 | user said] User moved to Paris"
+    assert lines[-3] == "- [fact | 2023-11-14 | user said] User lives in Berlin"
+    assert lines[-2] == "- [episode | 2026-05-28 | user said] User moved to Paris"
 
 
 def test_scoring_parts() -> None:

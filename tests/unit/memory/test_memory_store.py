@@ -9,6 +9,13 @@ import pytest
 
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, MemoryStore
 from memory.exceptions import IndexMismatchError, NotFoundError, RedactedError, ScopeError
+from tests.unit.memory.conftest import BACKENDS
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The contract: every test here that uses ``store`` runs on SQLite and on Postgres."""
+    return str(request.param)
 
 
 async def test_add_and_recall_roundtrip(store: AsyncMemoryStore) -> None:

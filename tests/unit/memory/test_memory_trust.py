@@ -10,6 +10,14 @@ import pytest
 
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
 from memory.writeback import conflicting_value
+from tests.unit.memory.conftest import BACKENDS
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The contract: every test here that uses ``store`` runs on SQLite and on Postgres."""
+    return str(request.param)
+
 
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Quito", "Perth", "Dakar"]
 

@@ -1,0 +1,264 @@
+"""Writing transactions of the Postgres ledger (``memory.pg_ledger``).
+
+``PgTransaction`` checks a connection out of the pool, runs one transaction under the
+maintenance scope (or one user's, after ``PgTx.lock_scope``), and at commit appends the
+buffered change-log entries through the ``change_seq`` counter row and sends the NOTIFY that
+wakes other app servers' replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from memory.embedding import Vectors
+from memory.exceptions import LedgerError
+from memory.pg_schema import ALL, CHANNEL, SET_SCOPE
+from memory.pipeline import doc_terms
+from memory.records import EventKind, Record
+from memory.schema import COLUMNS, NewRecord, new_id, row_to_record
+
+__all__ = ["PgTransaction", "PgTx", "errors"]
+
+
+def errors(what: str) -> Callable[[BaseException], LedgerError]:
+    """Wraps a driver or pool error into a :class:`LedgerError` that says what failed."""
+
+    def wrap(exc: BaseException) -> LedgerError:
+        return LedgerError(f"postgres ledger: {what} failed: {type(exc).__name__}: {exc}")
+
+    return wrap
+
+
+class PgTx:
+    """Writes (and the reads decisions need) inside one Postgres transaction. Change-log
+    entries are buffered and appended at commit (see :class:`PgTransaction`)."""
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self.cur = cur
+        self.changes: list[tuple[str, int, str]] = []
+
+    def lock_scope(self, user_id: str) -> None:
+        self.cur.execute(SET_SCOPE, (user_id,))
+        self.cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("memory:" + user_id,)
+        )
+
+    def _one(self, sql: str, params: Sequence[Any]) -> Record | None:
+        self.cur.execute(sql, params)
+        row = self.cur.fetchone()
+        return None if row is None else row_to_record(row)
+
+    def get(self, record_id: str) -> Record | None:
+        return self._one(f"SELECT {COLUMNS} FROM records WHERE id = %s", (record_id,))
+
+    def by_fingerprint(self, user_id: str, fingerprint: str) -> Record | None:
+        return self._one(
+            f"SELECT {COLUMNS} FROM records WHERE user_id = %s AND fingerprint = %s "
+            "AND superseded_by IS NULL ORDER BY rowid LIMIT 1",
+            (user_id, fingerprint),
+        )
+
+    def active(self, rowids: Sequence[int], user_id: str) -> dict[int, Record]:
+        if not rowids:
+            return {}
+        self.cur.execute(
+            f"SELECT {COLUMNS} FROM records WHERE rowid = ANY(%s) "
+            "AND user_id = %s AND superseded_by IS NULL",
+            (list(rowids), user_id),
+        )
+        return {int(r[0]): row_to_record(r) for r in self.cur.fetchall()}
+
+    def count_terms(self, user_id: str, texts: Sequence[str], delta: int) -> None:
+        counts: dict[str, int] = {}
+        for terms in doc_terms(texts):
+            for t in terms:
+                counts[t] = counts.get(t, 0) + delta
+        if not counts:
+            return
+        terms_, deltas = zip(*sorted(counts.items()), strict=True)  # one lock order
+        if delta > 0:
+            self.cur.execute(
+                "INSERT INTO user_terms(user_id, term, df) SELECT %s, t, d FROM "
+                "unnest(%s::text[], %s::int[]) AS x(t, d) ON CONFLICT (user_id, term) "
+                "DO UPDATE SET df = user_terms.df + excluded.df",
+                (user_id, list(terms_), list(deltas)),
+            )
+        else:
+            self.cur.execute(
+                "UPDATE user_terms u SET df = greatest(u.df + x.d, 0) FROM "
+                "unnest(%s::text[], %s::int[]) AS x(t, d) WHERE u.user_id = %s AND u.term = x.t",
+                (list(terms_), list(deltas), user_id),
+            )
+
+    def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
+        if len(records) != len(vectors):
+            raise LedgerError("one vector per record is required")
+        if not records:
+            return []
+        for rec in records:
+            rec.id = rec.id or new_id()
+        cols = list(
+            zip(
+                *[
+                    (
+                        r.id,
+                        r.scope.user_id,
+                        r.scope.agent_id,
+                        r.scope.session_id,
+                        r.text,
+                        r.type.value,
+                        r.source.value,
+                        r.confidence,
+                        r.created_at,
+                        r.weight,
+                        json.dumps(r.evidence),
+                        r.fingerprint,
+                        r.mentions,
+                    )
+                    for r in records
+                ],
+                strict=True,
+            )
+        )
+        self.cur.execute(
+            "INSERT INTO records (id, user_id, agent_id, session_id, text, type, source,"
+            " confidence, created_at, weight, evidence, fingerprint, mentions) SELECT * FROM"
+            " unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+            " %s::text[], %s::float8[], %s::float8[], %s::float8[], %s::text[], %s::text[],"
+            " %s::int[]) RETURNING id, rowid",
+            [list(c) for c in cols],
+        )
+        rowid_of = {str(i): int(r) for i, r in self.cur.fetchall()}
+        out = [(r.id, rowid_of[r.id]) for r in records]
+        self.cur.execute(
+            "INSERT INTO vectors(rowid, user_id, vec) "
+            "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bytea[])",
+            (
+                [rowid for _, rowid in out],
+                [r.scope.user_id for r in records],
+                [np.asarray(v, dtype=np.float32).tobytes() for v in vectors],
+            ),
+        )
+        self.changes += [
+            ("add", rowid, r.scope.user_id) for (_, rowid), r in zip(out, records, strict=True)
+        ]
+        by_user: dict[str, list[str]] = {}
+        for rec in records:
+            by_user.setdefault(rec.scope.user_id, []).append(rec.text)
+        for user_id, texts in by_user.items():
+            self.count_terms(user_id, texts, +1)
+        return out
+
+    def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
+        self.cur.execute("UPDATE records SET superseded_by = %s WHERE id = %s", (new_id_, old.id))
+        self.changes.append(("del", old.rowid, old.user_id))
+        self.count_terms(old.user_id, [old.text], -1)
+        self.event(old.id, "contradicted", detail or f"superseded by {new_id_}")
+
+    def delete(self, records: Iterable[Record]) -> int:
+        n = 0
+        for rec in records:
+            self.cur.execute("DELETE FROM records WHERE rowid = %s", (rec.rowid,))
+            self.cur.execute("DELETE FROM events WHERE record_id = %s", (rec.id,))
+            if rec.superseded_by is None:
+                self.changes.append(("del", rec.rowid, rec.user_id))
+                self.count_terms(rec.user_id, [rec.text], -1)
+            n += 1
+        return n
+
+    def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
+        self.cur.execute(
+            "UPDATE records SET mentions = mentions + 1, weight = greatest(weight, "
+            "coalesce(%s, weight)) WHERE id = %s",
+            (weight, record_id),
+        )
+
+    def confirm(self, rec: Record, evidence: Sequence[str], confidence: float, detail: str) -> None:
+        merged = list(dict.fromkeys([*rec.evidence, *evidence]))
+        self.cur.execute(
+            "UPDATE records SET evidence = %s, confidence = greatest(confidence, %s) WHERE id = %s",
+            (json.dumps(merged), confidence, rec.id),
+        )
+        self.event(rec.id, "confirmed", detail)
+
+    def event(self, record_id: str, kind: EventKind, detail: str) -> None:
+        self.cur.execute(
+            "INSERT INTO events(record_id, user_id, ts, kind, detail) "
+            "SELECT id, user_id, %s, %s, %s FROM records WHERE id = %s",
+            (time.time(), kind, detail, record_id),
+        )
+
+    def flush_changes(self) -> None:
+        """Append the buffered change-log entries: the counter row's lock orders commits,
+        so seqs are consecutive and visible in order; NOTIFY is delivered at commit."""
+        if not self.changes:
+            return
+        n = len(self.changes)
+        self.cur.execute("UPDATE change_seq SET last = last + %s RETURNING last", (n,))
+        row = self.cur.fetchone()
+        last = int(row[0]) if row else n
+        first = last - n + 1
+        ops, rowids, users = zip(*self.changes, strict=True)
+        self.cur.execute(
+            "INSERT INTO changes(seq, op, rowid, user_id) SELECT * FROM "
+            "unnest(%s::bigint[], %s::text[], %s::bigint[], %s::text[])",
+            (list(range(first, last + 1)), list(ops), list(rowids), list(users)),
+        )
+        self.cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(last)))
+
+
+class PgTransaction:
+    """``with ledger.write() as tx``: a pooled connection, BEGIN, COMMIT or ROLLBACK."""
+
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        self._pool = pool
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def __enter__(self) -> PgTx:
+        for attempt in (1, 2):  # a connection that died with a server restart: once more
+            try:
+                self._conn = self._pool.getconn()
+                self._conn.execute(SET_SCOPE, (ALL,))
+                self._tx = PgTx(self._conn.cursor())
+                return self._tx
+            except psycopg.OperationalError as exc:
+                self._release()
+                if attempt == 2:
+                    raise errors("starting a write")(exc) from exc
+            except (psycopg.Error, PoolTimeout) as exc:
+                self._release()
+                raise errors("starting a write")(exc) from exc
+        raise AssertionError("unreachable")
+
+    def _release(self) -> None:
+        if self._conn is not None:
+            self._pool.putconn(self._conn)
+            self._conn = None
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        conn = self._conn
+        assert conn is not None
+        try:
+            if exc_type is None:
+                self._tx.flush_changes()
+                conn.commit()
+            else:
+                conn.rollback()
+        except psycopg.Error as err:
+            # COMMIT failed or its answer was lost: the write is not acknowledged.
+            try:
+                conn.rollback()
+            except psycopg.Error:
+                pass
+            raise errors("a write")(err) from err
+        finally:
+            self._release()
+        if isinstance(exc, psycopg.Error):
+            raise errors("a write")(exc) from exc
