@@ -58,3 +58,32 @@ def test_example_team_with_a_plan_through_the_cli(server: Server, tmp_path: Path
         assert w["name"] in ("sales", "calc") and set(w["cost"]) == set(cost)
         child = [json.loads(x) for x in (home / "traces" / f"{w['run_id']}.jsonl").open()]
         assert {x["parent_run_id"] for x in child} == {out["run_id"]}
+
+
+async def test_a_team_from_python_counts_every_request(server: Server, tmp_path: Path) -> None:
+    from openai import AsyncOpenAI
+
+    from agent.loop import Agent
+    from agent.settings import Limits
+    from agent.team import Worker, worker_tools
+    from agent.tools import ToolRegistry, load_tools_file
+
+    client = AsyncOpenAI(base_url=server.base_url + "/v1", api_key=API_KEY)
+    sales = Worker(
+        "sales",
+        "Answers questions about monthly sales per region.",
+        ToolRegistry(load_tools_file(EXAMPLE / "sales_tools.py")),
+        limits=Limits(max_steps=2),
+    )
+    tools = ToolRegistry()
+    tools.add_all(worker_tools([sales]), group="workers")
+    agent = Agent(
+        client, server.model, tools, limits=Limits(max_steps=2, wall_clock_s=400),
+        trace_dir=tmp_path, plan="always",
+    )  # fmt: skip
+    result = await agent.run("Ask the sales worker for the revenue of the West region in 2025-03.")
+    assert result.plan is not None and result.status in ("done", "max_steps", "budget")
+    own = [s for s in result.history if getattr(s, "prompt_tokens", 0)]
+    workers = sum(w["cost"]["model_calls"] for w in result.workers)
+    assert result.cost.model_calls == len(own) + workers
+    await client.close()
