@@ -65,6 +65,7 @@ class TaskResult:
     cost: dict[str, Any] | None = None  # the CLI's cost of the checked session (whole team)
     arms: dict[str, str] = field(default_factory=dict)  # the answer asked other ways (shadow)
     arm_passed: dict[str, bool] = field(default_factory=dict)  # each judged like the answer
+    passed_as_shown: bool = False  # judged with the results the host appended, too
 
 
 def parse_last_json(stdout: str) -> dict[str, Any] | None:
@@ -223,6 +224,12 @@ async def run_task(
     return result, check(task, result, workdir, stderr=err)
 
 
+def own_words(answer: str) -> str:
+    """The answer without the tool results the host appended to it (`agent.grounding`)."""
+    cut = answer.rfind(" (From ")
+    return answer[:cut] if cut > 0 and answer.endswith(")") else answer
+
+
 def check(task: Task, r: TaskResult, workdir: Path, stderr: str = "") -> c.Outcome:
     """Judge a recorded result with the task's checker (now, or again with `--recheck`) and
     fill in what the record derives from the CLI's line."""
@@ -239,12 +246,17 @@ def check(task: Task, r: TaskResult, workdir: Path, stderr: str = "") -> c.Outco
         finished_at=r.finished_at,
         tool_results=r.calls,
     )
-    r.reasons = c.contract(o) + (task.check(o) if o.out is not None else [])
+    # The model's own words are judged: results the host appended to an answer that named
+    # none of them ("No review is scheduled. (From read_inbox: ...Thursday 10:00...)") show
+    # the user the data, but do not make the model's claim right.
+    judged = dataclasses.replace(o, out={**(o.out or {}), "answer": own_words(o.answer)})
+    r.reasons = c.contract(judged) + (task.check(judged) if o.out is not None else [])
     if o.status == "error":  # a best-effort answer after the endpoint failed solves nothing
         r.reasons.append(f"the run ended in error: {o.answer[:120]!r}")
     r.passed = not r.reasons
+    r.passed_as_shown = o.out is not None and not (c.contract(o) + task.check(o))
     for arm, text in r.arms.items():  # the same run, judged with the arm's answer instead
-        alt = dataclasses.replace(o, out={**(o.out or {}), "answer": text})
+        alt = dataclasses.replace(o, out={**(o.out or {}), "answer": own_words(text)})
         r.arm_passed[arm] = not (c.contract(alt) + task.check(alt))
     r.status = o.status or "(none)"
     r.reason = str((o.out or {}).get("reason") or "")
@@ -294,6 +306,7 @@ def summarize(results: list[TaskResult]) -> dict[str, Any]:
         "passed_by_model": sum(r.passed and r.answered_by == "model" for r in results),
         "passed_by_host": sum(r.passed and r.answered_by == "host" for r in results),
         "repaired": sum(bool(r.repairs) for r in results),
+        "passed_as_shown": sum(r.passed_as_shown for r in results),
         "arms": {
             arm: sum(r.arm_passed.get(arm, False) for r in results)
             for arm in sorted({a for r in results for a in r.arm_passed})
@@ -346,7 +359,8 @@ def markdown(results: list[TaskResult], summary: dict[str, Any]) -> str:
         f"({summary['passed_by_model']} passed), forced by the host "
         f"{summary['answered_by_host']} ({summary['passed_by_host']} passed), of which the host "
         f"repaired {summary['repaired']} from the tool results ({summary['passed_repaired']} "
-        f"passed); the same runs answered other ways (shadow arms, passed): {summary['arms']}; "
+        f"passed); {summary['passed_as_shown']} pass when the results the host appended are "
+        f"read too; the same runs answered other ways (shadow arms, passed): {summary['arms']}; "
         f"by category "
         f"{summary['by_category']}; mean steps {summary['mean_steps']}, "
         f"{summary['model_calls']} model requests, tokens {summary['prompt_tokens']} prompt + "

@@ -192,3 +192,10 @@ def test_runner_parsing_and_trace_stats(tmp_path: Path) -> None:
     task = next(x for x in t.all_tasks() if x.mcp)
     cmd = runner.command(task, task.goal, "http://h/v1", "u1")
     assert cmd[3:6] == ["agent", "run", task.goal] and "--json" in cmd and "--mcp" in cmd
+
+
+def test_the_model_is_judged_on_its_own_words() -> None:
+    shown = "No review is scheduled. (From read_inbox: body moved to Thursday 10:00.)"
+    assert runner.own_words(shown) == "No review is scheduled."
+    assert runner.own_words("From calculate: 434.0.") == "From calculate: 434.0."
+    assert runner.own_words("It is 7 (really).") == "It is 7 (really)."
