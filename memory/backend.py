@@ -2,7 +2,8 @@
 
 Two ledgers implement it: :class:`memory.ledger.Ledger` (one SQLite file, the embedded
 default) and :class:`memory.pg_ledger.PgLedger` (one PostgreSQL database shared by many app
-servers). :func:`open_ledger` picks one from a location: a path, or a ``postgresql://`` URL.
+servers). :func:`memory.store.open_ledger` picks one from a location: a path, or a
+``postgresql://`` URL.
 
 Both keep the same contract (``tests/unit/memory/test_memory_ledger_contract.py`` runs on
 both): records with their vectors, keyword recall, per-user term statistics, trust events, an
@@ -31,7 +32,6 @@ __all__ = [
     "LedgerTx",
     "WriteShortcuts",
     "is_url",
-    "open_ledger",
     "redact_url",
     "url_key",
 ]
@@ -165,14 +165,3 @@ def group_by_user(rows: Sequence[tuple[Any, ...]], dim: int) -> Iterator[tuple[s
         ids = np.fromiter((i for i, _ in items), dtype=np.int64, count=len(items))
         vecs = np.frombuffer(b"".join(b for _, b in items), dtype=np.float32)
         yield user_id, ids, vecs.reshape(len(items), dim)
-
-
-def open_ledger(location: str | Path) -> LedgerBackend:
-    """A SQLite ledger for a path, a Postgres ledger for a ``postgresql://`` URL."""
-    if is_url(location):
-        from memory.pg_ledger import PgLedger  # psycopg is only imported when used
-
-        return PgLedger(str(location))
-    from memory.ledger import Ledger
-
-    return Ledger(location)
