@@ -53,19 +53,7 @@ class Asker(Protocol):
     async def _chat(self, trace_id: str, **kw: Any) -> Any: ...
 
 
-ANSWER_FORMAT: dict[str, Any] = {
-    "type": "json_schema",
-    "json_schema": {
-        "name": "final_answer",
-        "strict": True,
-        "schema": {
-            "type": "object",
-            "properties": {"answer": {"type": "string"}},
-            "required": ["answer"],
-            "additionalProperties": False,
-        },
-    },
-}
+ANSWER_FORMAT: dict[str, Any] = answer_kinds.final_answer_format({"answer": {"type": "string"}})
 
 _WHY = {
     "answer": "",

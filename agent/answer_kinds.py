@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Kind", "kind_of", "render", "response_format", "vote"]
+__all__ = ["Kind", "final_answer_format", "kind_of", "render", "response_format", "vote"]
 
 Kind = Literal["number", "yes_no", "choice", "text"]
 
@@ -58,7 +58,12 @@ def response_format(kind: AnswerKind) -> dict[str, Any]:
         "choice": {"type": "string", "enum": list(kind.choices)},
         "text": {"type": "string", "maxLength": 120},
     }
-    value = schemas[kind.kind]
+    return final_answer_format({"value": schemas[kind.kind], "answer": {"type": "string"}})
+
+
+def final_answer_format(properties: dict[str, Any]) -> dict[str, Any]:
+    """The ``response_format`` of a final answer: a strict object of these properties, all
+    required, in this order."""
     return {
         "type": "json_schema",
         "json_schema": {
@@ -66,8 +71,8 @@ def response_format(kind: AnswerKind) -> dict[str, Any]:
             "strict": True,
             "schema": {
                 "type": "object",
-                "properties": {"value": value, "answer": {"type": "string"}},
-                "required": ["value", "answer"],
+                "properties": properties,
+                "required": list(properties),
                 "additionalProperties": False,
             },
         },
