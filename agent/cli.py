@@ -262,12 +262,7 @@ def run(
             plan=plan.value if plan is not None else None,
             team=team,
         ) as agent:
-            result = RunResult(run_id=(state := AgentState(goal=goal)).run_id)
-            async for step in agent.steps(goal, state=state):
-                result.fold(step)
-                if not as_json:
-                    _echo_step(step)
-            return result.close(state, str(agent.last_trace_path or ""))
+            return await agent.run(goal, on_step=None if as_json else _echo_step)
 
     try:
         result = asyncio.run(go())

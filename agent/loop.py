@@ -133,12 +133,20 @@ class Agent:
 
     # --- the loop ------------------------------------------------------------------------
 
-    async def run(self, goal: str, *, state: AgentState | None = None) -> RunResult:
-        """Run to a final answer: a fold over `steps`."""
+    async def run(
+        self,
+        goal: str,
+        *,
+        state: AgentState | None = None,
+        on_step: Callable[[Step], None] | None = None,
+    ) -> RunResult:
+        """Run to a final answer: a fold over `steps`; ``on_step`` sees each step as it comes."""
         state = state if state is not None else AgentState(goal=goal)
         result = RunResult(run_id=state.run_id)
         async for step in self.steps(goal, state=state):
             result.fold(step)
+            if on_step is not None:
+                on_step(step)
         return result.close(state, str(self.last_trace_path or ""))
 
     async def steps(self, goal: str, *, state: AgentState | None = None) -> AsyncIterator[Step]:

@@ -195,11 +195,6 @@ def register_otel_provider(endpoint: str, provider: Any) -> None:
     _PROVIDERS[endpoint] = provider
 
 
-def flush_otel() -> None:
-    for provider in _PROVIDERS.values():
-        provider.force_flush()
-
-
 # --- reading ------------------------------------------------------------------------------
 
 

@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import regex
 from jsonschema import Draft202012Validator
 
+from bench.serving.hostile import BACKTRACKING_PATTERN as PATTERN
+from bench.serving.hostile import call_like_text, defs_chain, loop_lag
 from serving.compile_worker import SchemaCompiler
 from serving.schema_cache import SchemaCache
 from serving.toolcalls import IntentDetector
 from serving.validation import SafeValidator
 
-PATTERN = "(?=(a|aa)*c)"
 _OLD_INTENT = regex.compile(r'<tool_call>|```(?:json)?[ \t]*\n?\s*\{\s*"name"\s*:|\{\s*"name"\s*:')
 
 
@@ -48,62 +47,27 @@ class RescanDetector:
         return len(self.text), None
 
 
-async def measure(work: Callable[[], Awaitable[Any]]) -> tuple[float, float, Any]:
-    """(max loop lag s, elapsed s, outcome)."""
-    lag, stop = 0.0, False
-
-    async def tick() -> None:
-        nonlocal lag
-        while not stop:
-            t = time.perf_counter()
-            await asyncio.sleep(0.005)
-            lag = max(lag, time.perf_counter() - t - 0.005)
-
-    ticker = asyncio.create_task(tick())
-    await asyncio.sleep(0.01)
-    started = time.perf_counter()
-    try:
-        outcome: Any = await work()
-    except Exception as exc:
-        outcome = type(exc).__name__
-    elapsed = time.perf_counter() - started
-    stop = True
-    await ticker
-    return lag, elapsed, outcome
-
-
-def scan(detector: Any, text: str) -> Callable[[], Awaitable[int]]:
-    async def run() -> int:  # as ChatService does: feed each delta on the loop
-        for i in range(0, len(text), 4):
-            detector.feed(text[i : i + 4])
-        return len(text)
-
-    return run
-
-
-def defs_chain() -> dict[str, Any]:
-    defs: dict[str, Any] = {
-        "L3": {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40)}}
-    }
-    for name, inner in (("L2", "L3"), ("L1", "L2")):
-        refs = {f"p{i}": {"$ref": f"#/$defs/{inner}"} for i in range(40)}
-        defs[name] = {"type": "object", "properties": refs}
-    refs = {f"p{i}": {"$ref": "#/$defs/L1"} for i in range(40)}
-    return {"$defs": defs, "type": "object", "properties": refs}
+async def scan(detector: Any, text: str) -> int:
+    """Feed ``text`` in 4-character deltas on the loop, as ChatService does."""
+    for i in range(0, len(text), 4):
+        detector.feed(text[i : i + 4])
+    return len(text)
 
 
 def row(name: str, lag: float, elapsed: float, outcome: Any) -> None:
+    if isinstance(outcome, Exception):
+        outcome = type(outcome).__name__
     print(f"{name:<58} max loop lag {lag * 1e3:9.1f} ms   took {elapsed:7.2f} s   {outcome}")
 
 
 async def main(baseline_chars: int, chars: int, re_len: int) -> None:
-    text = 'x {"name": ' * (chars // 11 + 1)
+    text = call_like_text(chars)
     row(f"detector, rescanning (before), {baseline_chars:,} chars",
-        *await measure(scan(RescanDetector(), text[:baseline_chars])))  # fmt: skip
+        *await loop_lag(scan(RescanDetector(), text[:baseline_chars])))  # fmt: skip
     row(f"detector, incremental (after), {baseline_chars:,} chars",
-        *await measure(scan(IntentDetector(), text[:baseline_chars])))  # fmt: skip
+        *await loop_lag(scan(IntentDetector(), text[:baseline_chars])))  # fmt: skip
     row(f"detector, incremental (after), {chars:,} chars",
-        *await measure(scan(IntentDetector(), text[:chars])))  # fmt: skip
+        *await loop_lag(scan(IntentDetector(), text[:chars])))  # fmt: skip
 
     schema = {"type": "string", "pattern": PATTERN}
     value = "a" * re_len + "b"
@@ -112,12 +76,12 @@ async def main(baseline_chars: int, chars: int, re_len: int) -> None:
         return len(list(Draft202012Validator(schema).iter_errors(value)))
 
     row(f"pattern {PATTERN} on {re_len + 1} chars, re on loop (before)",
-        *await measure(python_re))  # fmt: skip
+        *await loop_lag(python_re()))  # fmt: skip
 
     async def safe() -> int:
         return len(await SafeValidator(schema).errors_off_loop("a" * 60 + "b"))
 
-    row(f"pattern {PATTERN} on 61 chars, deadline, thread (after)", *await measure(safe))
+    row(f"pattern {PATTERN} on 61 chars, deadline, thread (after)", *await loop_lag(safe()))
 
     cache = SchemaCache(compiler=SchemaCompiler(mode="process"))
     await cache.get({"type": "string"})  # the worker's start-up is not the schema's cost
@@ -125,7 +89,7 @@ async def main(baseline_chars: int, chars: int, re_len: int) -> None:
     async def big() -> Any:
         return await cache.get(defs_chain())
 
-    row("5 KB schema, 2e9-char regex, process worker (after)", *await measure(big))
+    row("5 KB schema, 2e9-char regex, process worker (after)", *await loop_lag(big()))
     cache.close()
 
 

@@ -464,6 +464,11 @@ def summarize(entries: list[JSON]) -> JSON:
     }
 
 
+def corpus_line(entry: dict[str, Any]) -> str:
+    """One entry as a line of the corpus file (without the newline)."""
+    return json.dumps(entry, ensure_ascii=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -504,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as fh:
         for e in entries:
-            fh.write(json.dumps(e, ensure_ascii=False, sort_keys=False) + "\n")
+            fh.write(corpus_line(e) + "\n")
     stats = summarize(entries)
     print(json.dumps(stats, indent=2))
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)

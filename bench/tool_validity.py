@@ -45,7 +45,6 @@ from bench._client import (
 )
 
 MODES = ("required", "named", "auto")
-ARMS = ("constrained", "unconstrained")
 
 
 def request_kwargs(

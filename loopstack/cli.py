@@ -1,4 +1,5 @@
-"""The `loopstack` command: `serve` now; `memory` (and later `agent`, `bench`) as sub-apps."""
+"""The `loopstack` command: `serve` and `prepare-model` here; `memory`, `agent` and `bench` are
+sub-apps mounted from their packages (`memory.cli`, `agent.cli`, `bench.cli`)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memory.embedding import Vectors
-from memory.exceptions import IndexError_, IndexMismatchError
+from memory.exceptions import IndexMismatchError
 
 __all__ = ["FlatShard", "HnswShard", "ShardedIndex", "VectorIndex", "shard_name"]
 
@@ -411,8 +411,3 @@ class ShardedIndex:
             for f in self.dir.iterdir():
                 if f.is_file():
                     f.unlink()
-
-    def check_sane(self) -> None:
-        for name, shard in self.shards.items():
-            if shard.index.d != self.dim:
-                raise IndexError_(f"shard {name} has dimension {shard.index.d} != {self.dim}")

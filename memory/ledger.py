@@ -135,13 +135,6 @@ class Ledger(WriteShortcuts):
                 [(h, ts, rowid) for rowid, (h, ts) in usage.items()],
             )
 
-    def set_weights(self, weights: dict[int, float]) -> None:
-        with self.write() as tx:
-            tx.cur.executemany(
-                "UPDATE records SET weight = ? WHERE rowid = ?",
-                [(w, rowid) for rowid, w in weights.items()],
-            )
-
     def observe(
         self, user_id: str, fingerprint: str, text: str, type_: MemoryType, vec: Vectors, ts: float
     ) -> int:

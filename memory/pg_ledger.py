@@ -200,13 +200,6 @@ class PgLedger(WriteShortcuts):
                 [(h, ts, rowid) for rowid, (h, ts) in sorted(usage.items())],
             )
 
-    def set_weights(self, weights: dict[int, float]) -> None:
-        with self.write() as tx:
-            tx.cur.executemany(
-                "UPDATE records SET weight = %s WHERE rowid = %s",
-                [(w, rowid) for rowid, w in sorted(weights.items())],
-            )
-
     def observe(
         self, user_id: str, fingerprint: str, text: str, type_: MemoryType, vec: Vectors, ts: float
     ) -> int:

@@ -53,10 +53,6 @@ class ResolvedModel:
     name: str
     source: str  # "offline-default" | "hf-folder" | "gguf" | "hub"
 
-    @property
-    def is_local(self) -> bool:
-        return self.source != "hub"
-
 
 def resolve_model(spec: str | None, home: Path, *, default_for_device: str) -> ResolvedModel:
     """Resolve a model spec; converts (once, cached) when needed."""

@@ -42,7 +42,6 @@ _SINGLES = (
     "unevaluatedItems", "unevaluatedProperties", "then", "else",
 )  # fmt: skip
 _LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
-_INVERTED = ("not", "if")  # subschemas whose failure is a success of their parent
 _BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _TYPES: dict[str, Any] = {
     "string": lambda v: isinstance(v, str),

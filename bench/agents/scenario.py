@@ -246,10 +246,6 @@ class Scenario(BaseModel):
     def mean_steps(self) -> float:
         return sum(t.steps + (1 if self.final_answer else 0) for t in self.tasks) / len(self.tasks)
 
-    def mean_tool_latency(self) -> float:
-        """Mean simulated tool time per tool call (default distribution)."""
-        return self.tool_latency.default.sampler().mean()
-
     def summary(self) -> dict[str, Any]:
         return {
             "name": self.name,

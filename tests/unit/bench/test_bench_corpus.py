@@ -149,6 +149,16 @@ def test_prompt_has_required_values() -> None:
     assert 5 <= value <= 9
 
 
-def test_jsonl_lines_are_compact_json() -> None:
-    for line in CORPUS_PATH.read_text().splitlines():
-        json.loads(line)
+def test_jsonl_is_one_object_per_line_as_the_builder_writes_it() -> None:
+    """One JSON object per line, serialized as `tool_corpus` writes it (no indent, key order
+    kept, UTF-8 unescaped), unique ids, a final newline: a hand edit that breaks any of these
+    shows up here rather than as a diff of the whole file at the next rebuild."""
+    text = CORPUS_PATH.read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    ids = []
+    for line in text.splitlines():
+        entry = json.loads(line)
+        assert isinstance(entry, dict)
+        assert line == tc.corpus_line(entry)
+        ids.append(entry["id"])
+    assert len(ids) == len(set(ids))

@@ -3,7 +3,6 @@ never run on the event loop, never a 500 (issue: reliability and security)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bench.serving.hostile import BACKTRACKING_PATTERN, call_like_text, defs_chain, loop_lag
 from serving.automaton import AutomatonProbe
 from serving.compile_worker import SchemaCompiler
 from serving.constraint import compile_schema
@@ -21,53 +21,11 @@ from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import WEATHER, chat_body
 
 SLOW_PATTERN = "^(?!z)(a|aa)*c$"  # lookaround: unconstrained for generation, then validated
-SLOWER_PATTERN = "(?=(a|aa)*c)"  # backtracks even in the `regex` module: the deadline stops it
-
-
-def defs_chain(extra: dict[str, Any] | None = None, props: int = 40) -> dict[str, Any]:
-    """~5 KB: objects of 40 optional properties, each level a $def referring to the next."""
-    extra = extra or {}
-    defs: dict[str, Any] = {
-        "L3": {
-            "type": "object",
-            **extra,
-            "properties": {f"p{i}": {"type": "string"} for i in range(props)},
-        }
-    }
-    for name, inner in (("L2", "L3"), ("L1", "L2")):
-        defs[name] = {
-            "type": "object",
-            **extra,
-            "properties": {f"p{i}": {"$ref": f"#/$defs/{inner}"} for i in range(props)},
-        }
-    return {
-        "$defs": defs,
-        "type": "object",
-        **extra,
-        "properties": {f"p{i}": {"$ref": "#/$defs/L1"} for i in range(props)},
-    }
 
 
 async def max_loop_lag(work: Awaitable[Any]) -> tuple[float, Any]:
-    """Run `work`; return the event loop's largest lag meanwhile (s) and work's outcome."""
-    lag = 0.0
-    stop = False
-
-    async def tick() -> None:
-        nonlocal lag
-        while not stop:
-            t = time.perf_counter()
-            await asyncio.sleep(0.005)
-            lag = max(lag, time.perf_counter() - t - 0.005)
-
-    ticker = asyncio.create_task(tick())
-    await asyncio.sleep(0.02)  # the ticker is asleep before the work starts
-    try:
-        outcome: Any = await work
-    except Exception as exc:
-        outcome = exc
-    stop = True
-    await ticker
+    """The event loop's largest lag while ``work`` runs (s), and its outcome."""
+    lag, _, outcome = await loop_lag(work)
     return lag, outcome
 
 
@@ -122,7 +80,7 @@ def test_a_backtracking_pattern_is_validated_within_its_deadline() -> None:
 
 @pytest.mark.timeout(60)  # a regression hangs: fail instead
 def test_a_pattern_past_its_deadline_counts_as_invalid() -> None:
-    c = compile_schema({"type": "string", "pattern": SLOWER_PATTERN})
+    c = compile_schema({"type": "string", "pattern": BACKTRACKING_PATTERN})
     assert not c.errors("aac")
     started = time.perf_counter()
     problems = c.errors("a" * 60 + "b")
@@ -132,7 +90,7 @@ def test_a_pattern_past_its_deadline_counts_as_invalid() -> None:
 
 @pytest.mark.timeout(60)  # a regression hangs: fail instead
 async def test_validation_does_not_block_the_event_loop() -> None:
-    c = compile_schema({"type": "string", "pattern": SLOWER_PATTERN})
+    c = compile_schema({"type": "string", "pattern": BACKTRACKING_PATTERN})
     lag, problems = await max_loop_lag(c.errors_off_loop("a" * 60 + "b"))
     assert problems and lag < 0.5  # the validation itself runs past its 0.25 s deadline
 
@@ -145,7 +103,7 @@ def test_patterns_are_read_as_ecma_262() -> None:
 # --------------------------------------------------------------------------- intent detector
 @pytest.mark.timeout(60)  # a regression hangs: fail instead
 def test_intent_detector_scans_incrementally() -> None:
-    text = ('x {"name": ' * 3000)[:32000]  # call-like, never a call: was 14 s+, quadratic
+    text = call_like_text(32000)  # call-like, never a call: was 14 s+, quadratic
     d = IntentDetector()
     started = time.perf_counter()
     for i in range(0, len(text), 4):

@@ -1,0 +1,2 @@
+"""Serving benchmarks: tool-call validity, constraint cost and compile time, proxy overhead,
+soak, event-loop safety. They import `serving` (in-process) or talk HTTP to a server."""
