@@ -53,6 +53,21 @@ def test_run_json_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     show_trace(out["run_id"])
 
 
+def test_run_prints_each_step_as_it_comes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --json: calls and results on stderr while the run goes, the answer on stdout,
+    a one-line account last; the same run as the JSON contract above."""
+    f = tmp_path / "tools.py"
+    f.write_text(TOOLS)
+    model = ScriptedModel([call("get_weather", city="Paris")], answer="18 C in Paris")
+    res = run_cli(monkeypatch, model, "Weather in Paris?", "--tools", str(f), "--no-memory")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == "18 C in Paris"
+    err = res.stderr.splitlines()
+    assert err[0] == '-> get_weather({"city": "Paris"})'
+    assert err[1].startswith("<- get_weather: ok: ") and '"temperature_c": 18' in err[1]
+    assert err[-1].startswith("[done (") and "3 steps" in err[-1] and "trace: " in err[-1]
+
+
 def test_run_json_limit_and_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     f = tmp_path / "tools.py"
     f.write_text(TOOLS)
