@@ -103,14 +103,14 @@ bench: install
 	  --tasks-per-agent 1 --max-level-s 180 --out bench/results/agents
 
 bench-serving: install
-	$(BIN)/python -m bench.tool_validity --limit 60
-	$(BIN)/python -m bench.constraint_cost
-	$(BIN)/python -m bench.proxy_overhead
+	$(BIN)/loopstack bench serving validity --limit 60
+	$(BIN)/loopstack bench serving constraint-cost
+	$(BIN)/loopstack bench serving proxy-overhead
 
 # The agent golden task set against a running server (make serve); EVAL_ARGS="--fast" etc.
 EVAL_ARGS ?=
 eval: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.golden.run $(EVAL_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/loopstack bench golden run $(EVAL_ARGS)
 
 # Every image the deploy/ manifests reference, tagged from the project version:
 # loopstack:V-gpu, loopstack:V-cpu, loopstack-agent-worker:V. REGISTRY=host/team tags them

@@ -336,7 +336,7 @@ class Agent:
         closes the connection, which aborts the generation on the server."""
         # messages and tools are plain JSON already: they travel in extra_body, which the
         # client sends as is, instead of through its per-request type transform, whose cost
-        # grows with the history (~30 ms a step at 50 steps; see bench/agent_overhead.py).
+        # grows with the history (~30 ms a step at 50 steps; see bench/agent/overhead.py).
         plain = {k: kw.pop(k) for k in ("messages", "tools") if k in kw}
         kw.setdefault("temperature", 0)  # greedy, unless a caller samples on purpose
         request = self.client.chat.completions.create(

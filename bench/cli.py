@@ -1,4 +1,6 @@
-"""``loopstack bench``: the agent load test, request-level figures, and the capacity plan.
+"""``loopstack bench``: every benchmark, one command.
+
+The load test (`bench.load`: HTTP to any OpenAI-compatible URL, never imports serving/agent):
 
     loopstack bench agents --base-url URL --agents 1,4,16 --tasks-per-agent K --out DIR \\
         [--scenario FILE] [--slo-p95-step-s X] [--baseline-url URL] [--api-key KEY]
@@ -7,23 +9,40 @@
 
 ``agents`` writes result.json, levels.csv, steps.csv, PNG plots and report.html into DIR;
 the last line it prints is a one-line summary with the batching gain and the plan.
+
+Every other benchmark is ``loopstack bench SUBJECT NAME [OPTIONS]`` (`SCRIPTS` below lists
+them; ``loopstack bench SUBJECT NAME --help`` shows a benchmark's options):
+
+    loopstack bench serving validity|constraint-cost|constraint-compile|proxy-overhead
+    loopstack bench serving soak|loop-safety
+    loopstack bench memory latency|isolation|locomo|postgres
+    loopstack bench corpus build
+    loopstack bench agent overhead
+    loopstack bench golden run|bootstrap
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 import logging
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from bench.agents import BenchError
-from bench.agents.plan import Plan
-from bench.agents.scheduler import Mode
+from bench.load import BenchError
+from bench.load.plan import Plan
+from bench.load.scheduler import Mode
 
-app = typer.Typer(help="Load tests and capacity plans against any OpenAI-compatible URL.")
+app = typer.Typer(
+    help="Benchmarks: the agent load test and capacity plan against any OpenAI-compatible URL;"
+    " serving, memory, corpus, agent and golden-set benchmarks as sub-commands."
+)
 logger = logging.getLogger(__name__)
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"
@@ -88,11 +107,11 @@ def agents(
     tokenizer: str | None = typer.Option(None, help="For --requests (default: found)."),
 ) -> None:
     """Closed-loop (or open-loop) agent load sweep, report and plan."""
-    from bench.agents.report import write_report
-    from bench.agents.result import summary_line
-    from bench.agents.runner import SweepConfig, build_arms, run_sweep
-    from bench.agents.scenario import load_scenario
-    from bench.agents.target import TargetConfig
+    from bench.load.report import write_report
+    from bench.load.result import summary_line
+    from bench.load.runner import SweepConfig, build_arms, run_sweep
+    from bench.load.scenario import load_scenario
+    from bench.load.target import TargetConfig
 
     for choice in (tool_choice, baseline_tool_choice):
         if choice not in (None, "none", "auto", "required", "named"):
@@ -168,8 +187,8 @@ async def _crosscheck(
     repeats: int = 1,
     out: Path | None = None,
 ) -> dict[str, Any]:
-    from bench.agents.requests import RequestLoad, crosscheck, find_tokenizer
-    from bench.agents.target import OpenAITarget, TargetConfig
+    from bench.load.requests import RequestLoad, crosscheck, find_tokenizer
+    from bench.load.target import OpenAITarget, TargetConfig
 
     tok = tokenizer or find_tokenizer()
     if not tok:
@@ -203,8 +222,8 @@ def requests_cmd(
     out: Path = typer.Option(Path("bench/results/requests")),
 ) -> None:
     """vllm bench serve against the endpoint, cross-checked with our harness."""
-    from bench.agents.report import write_report
-    from bench.agents.result import RunResult
+    from bench.load.report import write_report
+    from bench.load.result import RunResult
 
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -261,7 +280,7 @@ def plan(
     ),
 ) -> None:
     """Recompute the plan from a saved result for another N or SLO (no new load)."""
-    from bench.agents.result import load_result, make_plan
+    from bench.load.result import load_result, make_plan
 
     try:
         result = load_result(result_json)
@@ -277,8 +296,8 @@ def plan(
 
 
 def _print_levels(result: object) -> None:
-    from bench._client import print_table
-    from bench.agents.result import RunResult
+    from bench.common import print_table
+    from bench.load.result import RunResult
 
     assert isinstance(result, RunResult)
     rows = []
@@ -327,3 +346,80 @@ def _print_plan(p: Plan) -> None:
         typer.echo(f"  assumes: {a}")
     for n in p.notes:
         typer.echo(f"  note: {n}")
+
+
+# --- every other benchmark: `loopstack bench SUBJECT NAME [OPTIONS]` ---------------------
+# Each module keeps its own argparse parser (its options, its --help) in ``main()``; the
+# command hands it the rest of the line. A module is imported only when its command runs, so
+# the load test's commands above never load serving/, agent/ or memory/.
+
+SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    "serving": ("The serving layer: validity, constraint cost, overhead, soak, loop safety.", {
+        "validity": ("bench.serving.tool_validity",
+                     "Tool-call validity over the corpus, constrained vs unconstrained."),
+        "constraint-cost": ("bench.serving.constraint_cost",
+                            "Decode tok/s and TTFT, constrained / unconstrained, interleaved."),
+        "constraint-compile": ("bench.serving.constraint_compile",
+                               "What our constraints cost the engine to compile (no server)."),
+        "proxy-overhead": ("bench.serving.proxy_overhead",
+                           "Our endpoint vs raw vLLM on the same engine."),
+        "soak": ("bench.serving.soak",
+                 "Many streams, vanishing clients, overload; everything given back after."),
+        "loop-safety": ("bench.serving.loop_safety",
+                        "Event-loop lag while hostile input is handled (no server)."),
+    }),
+    "memory": ("Long-term memory: latency, isolation, LoCoMo recall, Postgres.", {
+        "latency": ("bench.memory.latency", "Recall latency and write throughput."),
+        "isolation": ("bench.memory.isolation", "Zero cross-user results, real embedder."),
+        "locomo": ("bench.memory.locomo", "Recall@k of evidence on LoCoMo."),
+        "postgres": ("bench.memory.postgres",
+                     "Postgres: bulk add, cross-server lag, recall with app servers."),
+    }),
+    "corpus": ("The real-world tool-schema corpus the serving benchmarks use.", {
+        "build": ("bench.corpus.build", "Rebuild bench/corpus/tool_schemas.jsonl (offline)."),
+    }),
+    "agent": ("The agent loop's own cost (a scripted model: no server).", {
+        "overhead": ("bench.agent.overhead", "Host time per step with history, vs none."),
+    }),
+    "golden": ("The golden agent task set (a running server).", {
+        "run": ("bench.golden.run", "Run the golden tasks through `loopstack agent run`."),
+        "bootstrap": ("bench.golden.bootstrap", "Worked examples from passed practice runs."),
+    }),
+}  # fmt: skip
+
+
+def run_script(module: str, prog: str, args: list[str]) -> int:
+    """Run ``module.main()`` as if ``prog ARGS`` were the command line; its exit status."""
+    main = importlib.import_module(module).main
+    saved, sys.argv = sys.argv, [prog, *args]
+    try:
+        out = main()
+        if inspect.iscoroutine(out):
+            out = asyncio.run(out)
+    finally:
+        sys.argv = saved
+    return out if isinstance(out, int) else 0
+
+
+def _script_command(module: str, prog: str) -> Callable[[typer.Context], None]:
+    def command(ctx: typer.Context) -> None:
+        raise typer.Exit(run_script(module, prog, ctx.args))
+
+    return command
+
+
+def _mount_scripts() -> None:
+    settings = {"allow_extra_args": True, "ignore_unknown_options": True}
+    for subject, (about, scripts) in SCRIPTS.items():
+        group = typer.Typer(help=about, no_args_is_help=True)
+        for name, (module, summary) in scripts.items():
+            group.command(
+                name,
+                help=f"{summary} Options: --help.",
+                context_settings=settings,
+                add_help_option=False,
+            )(_script_command(module, f"loopstack bench {subject} {name}"))
+        app.add_typer(group, name=subject)
+
+
+_mount_scripts()

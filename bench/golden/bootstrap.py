@@ -1,6 +1,6 @@
 """Worked examples from the practice runs the checkers passed (DSPy's BootstrapFewShot idea):
 
-    python -m bench.golden.bootstrap /tmp/practice [/tmp/practice2 ...] --out examples.json
+    loopstack bench golden bootstrap /tmp/practice [/tmp/practice2 ...] --out examples.json
 
 Each passed practice task whose answer the model wrote itself (not repaired by the host) becomes
 ``{question, calls, answer}``: its successful calls with the results the host saw, and the
@@ -49,7 +49,3 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(chosen, indent=2, ensure_ascii=False) + "\n")
     print(f"{len(chosen)} examples -> {args.out}")
     return 0 if chosen else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

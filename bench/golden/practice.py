@@ -2,8 +2,8 @@
 tools as the golden set, other questions. Never the golden tasks - examples bootstrapped from
 them would teach the model the test.
 
-    python -m bench.golden.run --set practice --out /tmp/practice
-    python -m bench.golden.bootstrap /tmp/practice --out bench/golden/examples.json
+    loopstack bench golden run --set practice --out /tmp/practice
+    loopstack bench golden bootstrap /tmp/practice --out bench/golden/examples.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Run the golden task set through the CLI contract, as a user would:
 
-    python -m bench.golden.run --base-url http://127.0.0.1:8000/v1 [--fast] [--tasks a,b]
+    loopstack bench golden run --base-url http://127.0.0.1:8000/v1 [--fast] [--tasks a,b]
 
 Each task runs ``python -m loopstack agent run GOAL --tools FILE --json ...`` in a subprocess
 with its own work directory ($GOLDEN_WORKDIR) and a shared $LOOPSTACK_HOME (memory, traces);
@@ -495,7 +495,3 @@ def main(argv: list[str] | None = None) -> int:
     print(write_report(out_dir, results, args.base_url))
     print(f"results: {out_dir / 'results.json'}")
     return 0 if results else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

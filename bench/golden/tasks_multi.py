@@ -1,7 +1,7 @@
 """Golden tasks that need a plan of 3+ dependent steps or a coordinator with 2+ workers:
 sales drill-downs across tools, files + calculator, research + summary, travel.
 
-``python -m bench.golden.run --set multi [--plan always]`` runs them (issue: plans and
+``loopstack bench golden run --set multi [--plan always]`` runs them (issue: plans and
 teams). Expected values come from `bench.golden.data`, checked with the strict checkers of
 `bench.golden.checks`; a team task also checks, from the CLI's ``workers`` list, that each
 named worker was handed a sub-task and finished it.

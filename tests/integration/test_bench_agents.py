@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents.report import write_report
-from bench.agents.runner import SweepConfig, run_sweep
-from bench.agents.scenario import load_scenario
-from bench.agents.target import TargetConfig
+from bench.load.report import write_report
+from bench.load.runner import SweepConfig, run_sweep
+from bench.load.scenario import load_scenario
+from bench.load.target import TargetConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 API_KEY = "test-key-123"

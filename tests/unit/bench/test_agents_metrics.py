@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.agents.metrics import (
+from bench.load.metrics import (
     StepRecord,
     TaskRecord,
     cache_delta,

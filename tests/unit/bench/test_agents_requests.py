@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents.requests import (
+from bench.load.requests import (
     RequestLoad,
     compare,
     crosscheck_scenario,

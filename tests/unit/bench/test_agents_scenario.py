@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.agents import ScenarioError
-from bench.agents.scenario import (
+from bench.load import ScenarioError
+from bench.load.scenario import (
     LogNormal,
     ReplaySampler,
     ToolSimulator,

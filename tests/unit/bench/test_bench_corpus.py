@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from bench import corpus_text as ct
-from bench import tool_corpus as tc
-from bench._client import CORPUS_PATH, load_corpus
+from bench.common import CORPUS_PATH, load_corpus
+from bench.corpus import build as tc
+from bench.corpus import text as ct
 
 
 @pytest.fixture(scope="module")

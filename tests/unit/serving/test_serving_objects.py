@@ -20,7 +20,7 @@ from serving.constraint import FREE_FORM_DEPTH, compile_schema
 from serving.exceptions import InvalidRequest
 from serving.patterns import json_value_regex
 
-CORPUS = Path(__file__).parents[3] / "bench" / "data" / "tool_schemas.jsonl"
+CORPUS = Path(__file__).parents[3] / "bench" / "corpus" / "tool_schemas.jsonl"
 VALUES = {"a": 1, "b": "x", "c": True, "d": None}
 TYPES = {"a": "integer", "b": "string", "c": "boolean", "d": "null"}
 

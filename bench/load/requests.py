@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.agents import BenchError
-from bench.agents.scenario import Scenario, parse_scenario
+from bench.load import BenchError
+from bench.load.scenario import Scenario, parse_scenario
 
 JSON = dict[str, Any]
 
@@ -203,8 +203,8 @@ async def crosscheck(
 ) -> JSON:
     """``vllm bench serve`` and our harness on the same single-step load, alternating
     which goes first; means over ``repeats`` and the ours/vLLM ratios."""
-    from bench.agents.runner import SweepConfig, run_sweep
-    from bench.agents.target import TargetConfig
+    from bench.load.runner import SweepConfig, run_sweep
+    from bench.load.target import TargetConfig
 
     prompts = prompt_texts(load.tokenizer, load.num_prompts, load.input_len, load.seed)
     scenario = crosscheck_scenario(prompts, load.output_len)

@@ -10,7 +10,7 @@ lag (a 5 ms ticker runs beside the work) and the work's own time:
 * compiling the 5 KB schema whose regex would be 2 billion characters (`SchemaCache` with
   the process worker; the old code took 24 s and 2 GiB on the loop - see docs).
 
-    python -m bench.loop_safety
+    loopstack bench serving loop-safety
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def row(name: str, lag: float, elapsed: float, outcome: Any) -> None:
     print(f"{name:<58} max loop lag {lag * 1e3:9.1f} ms   took {elapsed:7.2f} s   {outcome}")
 
 
-async def main(baseline_chars: int, chars: int, re_len: int) -> None:
+async def measure_all(baseline_chars: int, chars: int, re_len: int) -> None:
     text = call_like_text(chars)
     row(f"detector, rescanning (before), {baseline_chars:,} chars",
         *await loop_lag(scan(RescanDetector(), text[:baseline_chars])))  # fmt: skip
@@ -93,10 +93,10 @@ async def main(baseline_chars: int, chars: int, re_len: int) -> None:
     cache.close()
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline-chars", type=int, default=8_000)
     ap.add_argument("--chars", type=int, default=32_000)
     ap.add_argument("--re-len", type=int, default=28)
-    args = ap.parse_args()
-    asyncio.run(main(args.baseline_chars, args.chars, args.re_len))
+    args = ap.parse_args(argv)
+    asyncio.run(measure_all(args.baseline_chars, args.chars, args.re_len))

@@ -2,13 +2,13 @@
 makes vLLM build (the call head over the offered names, then each tool's arguments) into
 the Outlines index, with vLLM's own vocabulary code, reporting time and peak RSS.
 
-    python -m bench.constraint_compile --limit 40 [--model-path DIR]
+    loopstack bench serving constraint-compile --limit 40 [--model-path DIR]
 
 With ``--states``, no vLLM: every corpus schema goes through the server's own admission
 (`compile_schema`, then `AutomatonProbe`), reporting regex size, automaton states and
 refusals - what decides whether a schema is accepted.
 
-    python -m bench.constraint_compile --states [--limit 0]
+    loopstack bench serving constraint-compile --states [--limit 0]
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import json
 import resource
 import statistics
 import time
-from pathlib import Path
 
+from bench.common import CORPUS_PATH
 from serving.automaton import AutomatonProbe
 from serving.constraint import arguments_regex, compile_schema, name_regex
 from serving.exceptions import InvalidRequest
 from serving.schema_cache import SchemaCache
 
-CORPUS = Path(__file__).parent / "data" / "tool_schemas.jsonl"
+CORPUS = CORPUS_PATH
 
 
 def main() -> None:
@@ -104,7 +104,3 @@ async def states(limit: int) -> None:
     )
     for name, message in refused:
         print(f"  refused {name}: {message}")
-
-
-if __name__ == "__main__":
-    main()

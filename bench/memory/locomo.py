@@ -1,10 +1,10 @@
 """Recall quality on LoCoMo: hybrid vs vector-only vs keyword-only recall@k of evidence.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.memory_locomo
+    HF_HUB_OFFLINE=1 .venv/bin/loopstack bench memory locomo
 
 Data: LoCoMo (Maharana et al., ACL 2024, "Evaluating Very Long-Term Conversational Memory
 of LLM Agents"), the 10-conversation release ``locomo10.zip`` from the authors' repository,
-kept in ``bench/data/memory/`` (CC BY-NC 4.0, see the README there). No PyPI package ships
+kept in ``bench/memory/data/`` (CC BY-NC 4.0, see the README there). No PyPI package ships
 the data itself (the harness packages on PyPI download it at run time).
 
 Protocol:
@@ -43,8 +43,8 @@ from memory import AsyncMemoryStore, MemorySettings
 from memory.embedding import MiniLMEmbedder
 from memory.store import RecallMode
 
-# Not committed (CC BY-NC 4.0): see bench/data/memory/README.md for how to obtain it.
-DATA = Path(__file__).resolve().parent / "data" / "memory" / "locomo10.zip"
+# Not committed (CC BY-NC 4.0): see bench/memory/data/README.md for how to obtain it.
+DATA = Path(__file__).resolve().parent / "data" / "locomo10.zip"
 MODES: tuple[RecallMode, ...] = ("hybrid", "vector", "keyword")
 KS = (1, 3, 5, 10)
 
@@ -53,7 +53,7 @@ def load_conversations(path: Path = DATA) -> list[dict[str, Any]]:
     if not path.is_file():
         raise SystemExit(
             f"LoCoMo data not found at {path}: download locomo10.zip (or the json) from the "
-            "authors' repository snap-research/locomo (data/), see bench/data/memory/README.md"
+            "authors' repository snap-research/locomo (data/), see bench/memory/data/README.md"
         )
     with zipfile.ZipFile(path) as zf:
         names = sorted(n for n in zf.namelist() if n.endswith(".json"))
@@ -167,7 +167,3 @@ def main() -> None:
     for mode, row in out["results"].items():
         print(f"{mode:8s} " + " ".join(f"{v:9.3f}" for v in row.values()))
     print("RESULT " + json.dumps(out))
-
-
-if __name__ == "__main__":
-    main()

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 JSON = dict[str, Any]
 T = TypeVar("T")
 
-CORPUS_PATH = Path(__file__).parent / "data" / "tool_schemas.jsonl"
+CORPUS_PATH = Path(__file__).parent / "corpus" / "tool_schemas.jsonl"
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
 # The switch our server honours to serve the same request without a grammar.

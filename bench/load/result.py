@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from bench.agents.metrics import LevelSummary, StepRecord, TaskRecord
-from bench.agents.plan import Plan, PlanLevel, compute_plan, default_assumptions
+from bench.load.metrics import LevelSummary, StepRecord, TaskRecord
+from bench.load.plan import Plan, PlanLevel, compute_plan, default_assumptions
 
 JSON = dict[str, Any]
 

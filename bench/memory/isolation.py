@@ -1,8 +1,8 @@
 """Scope isolation with the real embedder: randomised queries, zero cross-user results.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.memory_isolation --users 100 --queries 10000
+    HF_HUB_OFFLINE=1 .venv/bin/loopstack bench memory isolation --users 100 --queries 10000
 
-Users get records drawn from ONE pool of template sentences (``bench.memory_latency``), so
+Users get records drawn from ONE pool of template sentences (``bench.memory.latency``), so
 every user's store looks like everyone else's and a leak would surface at once. Queries
 are random record texts of any user, or template questions, asked as a random user with
 the threshold off and a huge budget, so every candidate of gate 2 is checked, not only the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.memory_latency import QUESTIONS, _fill, synth_texts
+from bench.memory.latency import QUESTIONS, fill, synth_texts
 from memory import AsyncMemoryStore, MemorySettings
 from memory.embedding import MiniLMEmbedder
 
@@ -49,7 +49,7 @@ async def run(users: int, per_user: int, queries: int, seed: int) -> dict[str, o
     t1 = time.perf_counter()
     for i in range(queries):
         me = f"user{rng.randrange(users)}"
-        q = rng.choice(pool) if rng.random() < 0.6 else _fill(rng.choice(QUESTIONS), rng)
+        q = rng.choice(pool) if rng.random() < 0.6 else fill(rng.choice(QUESTIONS), rng)
         rec = await st.recall(q, user_id=me, threshold=-math.inf, budget_tokens=10**6)
         for c in rec.candidates:
             if owner[c.id] != me:
@@ -78,7 +78,3 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     a = ap.parse_args()
     print("RESULT " + json.dumps(asyncio.run(run(a.users, a.per_user, a.queries, a.seed))))
-
-
-if __name__ == "__main__":
-    main()

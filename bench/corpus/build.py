@@ -29,7 +29,7 @@ Prompts are **templated**: the operation's first documentation sentence turned i
 imperative, plus concrete values for up to three required scalar parameters and, when
 present, one optional enum or bounded-number parameter.
 
-Run: ``python -m bench.tool_corpus`` (see docs/bench-serving.md).
+Run: ``loopstack bench corpus build`` (see docs/bench-serving.md).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.corpus_text import (
+from bench.common import CORPUS_PATH
+from bench.corpus.text import (
     FEATURE_KEYS,
     first_sentence,
     imperative,
@@ -60,7 +61,7 @@ from bench.corpus_text import (
 
 JSON = dict[str, Any]
 
-DEFAULT_OUT = Path(__file__).parent / "data" / "tool_schemas.jsonl"
+DEFAULT_OUT = CORPUS_PATH
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_STRING_LENGTH = 1024
 MAX_PATTERN_LENGTH = 48
@@ -514,7 +515,3 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(stats, indent=2))
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bench._client import calls_from_text
-from bench.agents import TargetError
+from bench.common import calls_from_text
+from bench.load import TargetError
 
 logger = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bench.agents.metrics import StepRecord, TaskRecord, latency_growing
-from bench.agents.scenario import Scenario, Task, ToolSimulator, tool_name
-from bench.agents.target import StepResponse, Target
+from bench.load.metrics import StepRecord, TaskRecord, latency_growing
+from bench.load.scenario import Scenario, Task, ToolSimulator, tool_name
+from bench.load.target import StepResponse, Target
 
 logger = logging.getLogger(__name__)
 JSON = dict[str, Any]

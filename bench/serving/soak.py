@@ -9,7 +9,7 @@ get 429 with a Retry-After header. Then it waits until our admission gauges
 (``loopstack_requests_running`` / ``_waiting``) and vLLM's ``vllm:num_requests_running`` /
 ``_waiting`` are back where they were before, and compares the server's RSS before and after.
 
-    python -m bench.soak --base-url http://127.0.0.1:8100 --api-key KEY \\
+    loopstack bench serving soak --base-url http://127.0.0.1:8100 --api-key KEY \\
         --streams 64 --disconnect 16 --burst 48
 
 Loopback only; bounded in count (the arguments) and in time (`--timeout` per phase).
@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import re
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -318,7 +317,3 @@ def main(argv: list[str] | None = None) -> int:
         == phases.get("burst", {}).get("429_with_retry_after", 0)
     )
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Recall latency (query embedding included) and write throughput of ``memory``.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.memory_latency --sizes 10000 100000 1000000
+    HF_HUB_OFFLINE=1 .venv/bin/loopstack bench memory latency --sizes 10000 100000 1000000
 
 What it does, honestly:
 
@@ -21,7 +21,6 @@ What it does, honestly:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -86,7 +85,7 @@ QUESTIONS = [
 ]
 
 
-def _fill(tpl: str, rng: random.Random) -> str:
+def fill(tpl: str, rng: random.Random) -> str:
     return tpl.format(
         rel=rng.choice(RELATIONS),
         person=rng.choice(PEOPLE),
@@ -107,7 +106,7 @@ def _fill(tpl: str, rng: random.Random) -> str:
 
 def synth_texts(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return [_fill(rng.choice(TEMPLATES), rng) for _ in range(n)]
+    return [fill(rng.choice(TEMPLATES), rng) for _ in range(n)]
 
 
 def synth_vectors(base: Vectors, n: int, seed: int = 0, noise: float = 0.35) -> Vectors:
@@ -212,7 +211,7 @@ async def main() -> None:
     embed_s = time.perf_counter() - t0
     print(f"embedded {args.real} real texts in {embed_s:.1f}s ({args.real / embed_s:.0f}/s)")
     rng = random.Random(2)
-    queries = [_fill(rng.choice(QUESTIONS), rng) for _ in range(args.queries + args.warmup)]
+    queries = [fill(rng.choice(QUESTIONS), rng) for _ in range(args.queries + args.warmup)]
     s = MemorySettings(persist_every=10**9, hnsw_threshold=args.hnsw_threshold)
     results: dict[str, Any] = {"real_embedded": args.real, "embed_rps": round(args.real / embed_s)}
     if not args.skip_writes:
@@ -240,7 +239,3 @@ async def main() -> None:
         for f in workdir.glob(f"store-{n}.db*"):
             f.unlink(missing_ok=True)
     print("RESULT " + json.dumps(results))
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

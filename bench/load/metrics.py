@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench._client import percentile
+from bench.common import percentile
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The agent loop's own cost, with an instant scripted model and instant tools.
 
-    python -m bench.agent_overhead [--steps 50] [--measure 20]
+    loopstack bench agent overhead [--steps 50] [--measure 20]
 
 1. Per-step overhead at ``--steps`` steps of history: the loop runs ``steps + measure``
    steps against `agent.scripted.ScriptedModel` (an ``httpx`` MockTransport under the real
@@ -197,7 +197,3 @@ def main() -> None:
     p.add_argument("--measure", type=int, default=20, help="steps measured")
     result = asyncio.run(main_async(p.parse_args()))
     print("RESULT " + json.dumps(result), flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -20,18 +20,18 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench._client import UNCONSTRAINED_EXTRA, percentile
-from bench.agents.metrics import StepRecord, cache_delta, engine_delta, summarize
-from bench.agents.result import (
+from bench.common import UNCONSTRAINED_EXTRA, percentile
+from bench.load.metrics import StepRecord, cache_delta, engine_delta, summarize
+from bench.load.result import (
     LevelResult,
     RunResult,
     batching_gain,
     compare_arms,
     make_plan,
 )
-from bench.agents.scenario import Scenario, new_nonce
-from bench.agents.scheduler import LevelRunner, LoadShape, Mode, SchemaState
-from bench.agents.target import OpenAITarget, TargetConfig
+from bench.load.scenario import Scenario, new_nonce
+from bench.load.scheduler import LevelRunner, LoadShape, Mode, SchemaState
+from bench.load.target import OpenAITarget, TargetConfig
 
 logger = logging.getLogger(__name__)
 JSON = dict[str, Any]

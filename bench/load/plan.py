@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench._client import percentile
+from bench.common import percentile
 
 FORMULA = "R = ceil(N / C*);  cross-check R_rate = ceil(N / (L + T + H) / S*)"
 

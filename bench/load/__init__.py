@@ -1,4 +1,4 @@
-"""Agent-level load test and capacity plan (issue #8).
+"""Agent-level load test and capacity plan (`loopstack bench agents|requests|plan`).
 
 A black box: everything here talks HTTP to an OpenAI-compatible endpoint and never imports
 ``serving`` or ``agent``.  Modules, by noun:
@@ -8,7 +8,8 @@ A black box: everything here talks HTTP to an OpenAI-compatible endpoint and nev
 - ``metrics``   step/task records, level summaries, Prometheus prefix-cache counters
 - ``scheduler`` closed loop (N agents) and open loop (Poisson arrivals), warmup, saturation
 - ``plan``      highest concurrency under an SLO and replicas for N agents
-- ``report``    JSON, CSV, PNG plots and the self-contained HTML report
+- ``result``    the ``RunResult`` tree every output reads, its JSON and the summary line
+- ``report``    writes every output: ``report_csv``, ``report_plots`` (PNG), ``report_html``
 - ``requests``  request-level figures from ``vllm bench serve`` (run in a subprocess)
 - ``runner``    the sweep: arms (ours, baseline, unconstrained) interleaved per level
 

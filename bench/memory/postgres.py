@@ -1,14 +1,14 @@
 """Memory on Postgres: bulk add, cross-server visibility lag, recall with 4 app servers.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.memory_postgres add-many
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.memory_postgres lag --writes 200
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.memory_postgres recall --records 100000 --servers 4
+    HF_HUB_OFFLINE=1 .venv/bin/loopstack bench memory postgres add-many
+    HF_HUB_OFFLINE=1 .venv/bin/loopstack bench memory postgres lag --writes 200
+    HF_HUB_OFFLINE=1 .venv/bin/loopstack bench memory postgres recall --records 100000 --servers 4
 
 Each command starts its own PostgreSQL 15 (``memory.pg_server``, fsync on) in a temp dir, with
 the app connecting as an ordinary role (row-level security on), and prints JSON figures.
 
 * ``add-many``: one ``add_many`` call of 500 and of 20,000 synthetic memory sentences (the
-  templates of ``bench.memory_latency``: many share a frame, so the duplicate and supersede
+  templates of ``bench.memory.latency``: many share a frame, so the duplicate and supersede
   checks do real work), duplicate/supersede checks on, vectors precomputed (the hashing
   embedder, 384 dims), on SQLite and on Postgres (``--pg-large``, default 5,000: it makes
   round trips per item and per supersede): records/s and the per-record time ratio.
@@ -37,7 +37,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.memory_latency import QUESTIONS, _fill, pct, synth_texts
+from bench.memory.latency import QUESTIONS, fill, pct, synth_texts
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 from memory.pg_server import LocalPostgres
 
@@ -213,7 +213,7 @@ def _servers(location: str, workdir: Path, k: int, queries: list[str]) -> dict[s
 
 async def recall(args: argparse.Namespace, pg: LocalPostgres, workdir: Path) -> dict[str, Any]:
     rng = random.Random(2)
-    queries = [_fill(rng.choice(QUESTIONS), rng) for _ in range(args.queries + 20 * args.servers)]
+    queries = [fill(rng.choice(QUESTIONS), rng) for _ in range(args.queries + 20 * args.servers)]
     out: dict[str, Any] = {"records": args.records}
     if "postgres" in args.backends:
         url = pg.new_database()

@@ -8,7 +8,7 @@ one target and waits for all of them.  Reported per concurrency level and target
 aggregate completion tok/s (tokens of all rounds / summed round wall time), TTFT
 p50/p90, and the ratios ours/raw.
 
-    python -m bench.proxy_overhead --ours http://127.0.0.1:8000/v1 \\
+    loopstack bench serving proxy-overhead --ours http://127.0.0.1:8000/v1 \\
         --raw http://127.0.0.1:8001/v1 --concurrency 1,8 --rounds 4
 """
 
@@ -19,7 +19,7 @@ import asyncio
 import sys
 import time
 
-from bench._client import (
+from bench.common import (
     JSON,
     StreamResult,
     error_text,
@@ -225,7 +225,3 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     return asyncio.run(run(parse_args(argv)))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

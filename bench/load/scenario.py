@@ -22,9 +22,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bench.agents import ScenarioError
+from bench.load import ScenarioError
 
-DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "data" / "agent_scenario.yaml"
+DEFAULT_SCENARIO = Path(__file__).resolve().parent / "default_scenario.yaml"
 ToolChoiceMode = Literal["none", "auto", "required", "named"]
 
 # ---------------------------------------------------------------------------

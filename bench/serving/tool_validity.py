@@ -1,0 +1,312 @@
+"""Tool-call validity, constrained vs unconstrained, over the real-world tool corpus.
+
+For each corpus entry and mode (``required``, ``named``, ``auto``) the same chat request
+(the entry's prompt; tools = the entry's tool plus its two distractors) is sent twice:
+once as is (constrained: our server's default) and once with
+``extra_body={"loopstack": {"constrained": false}}`` (same prompt and engine, no grammar).
+The first tool call of each answer is parsed and validated against the named tool's
+``parameters`` with jsonschema.
+
+    loopstack bench serving validity --limit 40 --out results/tool_validity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    CORPUS_PATH,
+    DEFAULT_BASE_URL,
+    JSON,
+    UNCONSTRAINED_EXTRA,
+    calls_from_text,
+    check_call,
+    error_text,
+    finish,
+    fmt_pct,
+    is_transport_error,
+    load_corpus,
+    make_client,
+    pick_spread,
+    print_table,
+    resolve_model,
+    tool_choice_for,
+    tool_index,
+    tools_for,
+    write_json,
+)
+
+MODES = ("required", "named", "auto")
+
+
+def request_kwargs(
+    entry: JSON,
+    mode: str,
+    arm: str,
+    index: dict[str, JSON],
+    model: str,
+    max_tokens: int,
+    temperature: float,
+    seed: int | None,
+) -> JSON:
+    """The chat.completions.create keyword arguments for one (entry, mode, arm)."""
+    kwargs: JSON = {
+        "model": model,
+        "messages": [{"role": "user", "content": entry["prompt"]}],
+        "tools": tools_for(entry, index),
+        "tool_choice": tool_choice_for(mode, entry),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+    }
+    if seed is not None:
+        kwargs["seed"] = seed
+    if arm == "unconstrained":
+        kwargs["extra_body"] = UNCONSTRAINED_EXTRA
+    elif arm != "constrained":
+        raise ValueError(f"unknown arm {arm!r}")
+    return kwargs
+
+
+def evaluate_response(
+    entry: JSON, mode: str, arm: str, message: Any, finish_reason: str | None, schemas: dict
+) -> JSON:
+    """Turn one chat answer into a record (pure: ``message`` is a dict or SDK object)."""
+    msg = message if isinstance(message, dict) else message.model_dump()
+    expected = entry["tool"]["function"]["name"]
+    raw_calls = msg.get("tool_calls") or []
+    calls = [(c["function"].get("name"), c["function"].get("arguments")) for c in raw_calls]
+    rec: JSON = {
+        "id": entry["id"],
+        "mode": mode,
+        "arm": arm,
+        "status": "ok",
+        "finish_reason": finish_reason,
+        "n_calls": len(calls),
+        "expected": expected,
+    }
+    if calls:
+        first = check_call(calls[0][0], calls[0][1], expected, schemas)
+        rec.update(
+            name=first.name,
+            parses=first.parses,
+            valid=first.valid,
+            right_name=first.right_name,
+            error=first.error,
+            all_valid=all(check_call(n, a, expected, schemas).valid for n, a in calls),
+            arguments=calls[0][1] if isinstance(calls[0][1], str) else json.dumps(calls[0][1]),
+        )
+    else:
+        content = msg.get("content") or ""
+        text_calls = calls_from_text(content)
+        rec["content"] = content[:500]
+        if text_calls:
+            tc = check_call(text_calls[0][0], text_calls[0][1], expected, schemas)
+            rec["text_call"] = {"name": tc.name, "valid": tc.valid, "error": tc.error}
+    return rec
+
+
+def summarize(records: list[JSON]) -> JSON:
+    """Per mode and arm: counts and rates (see module doc)."""
+    groups: dict[tuple[str, str], list[JSON]] = defaultdict(list)
+    for r in records:
+        groups[(r["mode"], r["arm"])].append(r)
+    out: JSON = {}
+    for (mode, arm), recs in sorted(groups.items()):
+        ok = [r for r in recs if r["status"] == "ok"]
+        called = [r for r in ok if r["n_calls"] > 0]
+        valid = [r for r in called if r.get("valid")]
+        errors = Counter(r["error"] for r in recs if r["status"] != "ok")
+        out.setdefault(mode, {})[arm] = {
+            "prompts": len(recs),
+            "http_errors": sum(r["status"] == "http_error" for r in recs),
+            "transport_errors": sum(r["status"] == "transport_error" for r in recs),
+            "error_messages": dict(errors.most_common(5)),
+            "answered": len(ok),
+            "calls_produced": len(called),
+            "call_rate": len(called) / len(recs) if recs else None,
+            "parses": sum(bool(r.get("parses")) for r in called),
+            "valid": len(valid),
+            "right_name": sum(bool(r.get("right_name")) for r in called),
+            "valid_and_right": sum(bool(r.get("right_name")) for r in valid),
+            "all_calls_valid": sum(bool(r.get("all_valid")) for r in called),
+            "valid_per_call": len(valid) / len(called) if called else None,
+            "valid_per_prompt": len(valid) / len(recs) if recs else None,
+            "text_calls": sum("text_call" in r for r in ok),
+            "text_calls_valid": sum(bool(r.get("text_call", {}).get("valid")) for r in ok),
+            "finish_length": sum(r.get("finish_reason") == "length" for r in ok),
+            "top_schema_errors": dict(
+                Counter(
+                    (r.get("error") or "").split(":")[0] for r in called if not r.get("valid")
+                ).most_common(5)
+            ),
+        }
+    return out
+
+
+def print_summary(summary: JSON) -> None:
+    headers = [
+        "mode",
+        "arm",
+        "prompts",
+        "http_err",
+        "calls",
+        "call_rate",
+        "parses",
+        "valid/calls",
+        "valid/prompts",
+        "right_name",
+        "text_calls",
+    ]
+    rows = []
+    for mode, arms in summary.items():
+        for arm, s in arms.items():
+            rows.append(
+                [
+                    mode,
+                    arm,
+                    s["prompts"],
+                    s["http_errors"] + s["transport_errors"],
+                    s["calls_produced"],
+                    fmt_pct(s["calls_produced"], s["prompts"]),
+                    fmt_pct(s["parses"], s["calls_produced"]),
+                    fmt_pct(s["valid"], s["calls_produced"]),
+                    fmt_pct(s["valid"], s["prompts"]),
+                    fmt_pct(s["right_name"], s["calls_produced"]),
+                    s["text_calls"],
+                ]
+            )
+    print_table(headers, rows)
+    for mode, arms in summary.items():
+        for arm, s in arms.items():
+            if s["error_messages"]:
+                print(f"errors {mode}/{arm}: {s['error_messages']}")
+
+
+async def run(args: argparse.Namespace) -> int:
+    corpus = load_corpus(Path(args.corpus))
+    index = tool_index(corpus)
+    schemas = {name: tool["function"]["parameters"] for name, tool in index.items()}
+    entries = pick_spread(corpus, args.limit) if args.limit else corpus
+    if args.ids:  # e.g. re-running the entries an earlier run lost to an engine failure
+        wanted = set(args.ids)
+        entries = [e for e in entries if e["id"] in wanted]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"unknown mode {m!r}")
+    client = make_client(args.base_url, args.api_key, args.timeout)
+    try:
+        model = await resolve_model(client, args.model)
+    except Exception as exc:
+        print(f"cannot reach {args.base_url}: {error_text(exc)}", file=sys.stderr)
+        return 2
+    sem = asyncio.Semaphore(args.concurrency)
+    done = 0
+    total = len(entries) * len(modes) * len(arms)
+
+    async def one(entry: JSON, mode: str, arm: str) -> JSON:
+        nonlocal done
+        kwargs = request_kwargs(
+            entry, mode, arm, index, model, args.max_tokens, args.temperature, args.seed
+        )
+        async with sem:
+            t0 = time.perf_counter()
+            try:
+                resp = await client.chat.completions.create(**kwargs)
+                choice = resp.choices[0]
+                rec = evaluate_response(
+                    entry, mode, arm, choice.message, choice.finish_reason, schemas
+                )
+                if resp.usage is not None:
+                    rec["completion_tokens"] = resp.usage.completion_tokens
+            except Exception as exc:
+                status = "transport_error" if is_transport_error(exc) else "http_error"
+                rec = {"id": entry["id"], "mode": mode, "arm": arm, "status": status}
+                rec["error"] = error_text(exc)
+            rec["latency_s"] = round(time.perf_counter() - t0, 3)
+        done += 1
+        if args.progress and done % args.progress == 0:
+            print(f"  {done}/{total}", file=sys.stderr)
+        return rec
+
+    # Arms alternate per request (and their order flips per entry) so that drift in
+    # server load does not favour one arm.
+    jobs: list[Awaitable[JSON]] = []
+    for i, entry in enumerate(entries):
+        for mode in modes:
+            order = arms if i % 2 == 0 else list(reversed(arms))
+            jobs.extend(one(entry, mode, arm) for arm in order)
+    t0 = time.perf_counter()
+    records = await asyncio.gather(*jobs)
+    elapsed = time.perf_counter() - t0
+    summary = summarize(list(records))
+    print(f"model={model} base_url={args.base_url} prompts={len(entries)} in {elapsed:.0f}s")
+    print_summary(summary)
+    transport = sum(r["status"] == "transport_error" for r in records)
+    extra = {"model": model, "elapsed_s": round(elapsed, 1)}
+    results = {"summary": summary, "records": records}
+    return finish(args, "tool_validity", extra, results, transport)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base-url", default=DEFAULT_BASE_URL)
+    ap.add_argument("--api-key", default="EMPTY")
+    ap.add_argument("--model", help="default: first model from /v1/models")
+    ap.add_argument("--corpus", default=str(CORPUS_PATH))
+    ap.add_argument("--limit", type=int, default=0, help="entries, spread over the corpus")
+    ap.add_argument(
+        "--merge", nargs="+", metavar="JSON",
+        help="no requests: summarize the first results file with records replaced by later "
+        "files' (a --ids re-run)",
+    )  # fmt: skip
+    ap.add_argument("--ids", help="file of entry ids (whitespace-separated): only these")
+    ap.add_argument("--modes", default="required,named,auto")
+    ap.add_argument("--arms", default="constrained,unconstrained")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
+    ap.add_argument("--progress", type=int, default=20, help="print every N requests; 0 off")
+    ap.add_argument("--out", help="write summary and per-request records as JSON")
+    args = ap.parse_args(argv)
+    if args.ids:
+        args.ids = sorted(set(Path(args.ids).read_text().split()))
+    return args
+
+
+def merge(paths: list[str], out: str | None) -> int:
+    """Records of the first file, each replaced by a later file's record for the same
+    (entry, mode, arm): how a re-run (``--ids``) of lost requests completes a run."""
+    merged: dict[tuple[str, str, str], JSON] = {}
+    for path in paths:
+        for r in json.loads(Path(path).read_text())["records"]:
+            key = (r["id"], r["mode"], r["arm"])
+            if key in merged or path == paths[0]:
+                merged[key] = r
+    records = list(merged.values())
+    summary = summarize(records)
+    print(f"merged {paths}: {len(records)} records")
+    print_summary(summary)
+    if out:
+        write_json(out, {"bench": "tool_validity", "merged_from": paths, "summary": summary,
+                         "records": records})  # fmt: skip
+        print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
+    return asyncio.run(run(args))
