@@ -1,5 +1,6 @@
-"""Shared helpers for the serving benchmarks: corpus loading, client setup, call parsing,
-schema checks and small statistics.  Everything here except ``make_client``/
+"""What the benchmarks share (the load test, the serving benchmarks, the corpus builder):
+corpus loading, client setup, call parsing, schema checks, small statistics and output.
+Nothing here imports ``serving`` or ``agent``. Everything except ``make_client``/
 ``resolve_model``/``stream_chat`` is pure and unit-tested without a network."""
 
 from __future__ import annotations

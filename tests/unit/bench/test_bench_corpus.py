@@ -150,9 +150,9 @@ def test_prompt_has_required_values() -> None:
 
 
 def test_jsonl_is_one_object_per_line_as_the_builder_writes_it() -> None:
-    """One JSON object per line, serialized as `tool_corpus` writes it (no indent, key order
-    kept, UTF-8 unescaped), unique ids, a final newline: a hand edit that breaks any of these
-    shows up here rather than as a diff of the whole file at the next rebuild."""
+    """One JSON object per line, serialized as `bench.corpus.build` writes it (no indent, key
+    order kept, UTF-8 unescaped), unique ids, a final newline: a hand edit that breaks any of
+    these shows up here rather than as a diff of the whole file at the next rebuild."""
     text = CORPUS_PATH.read_text(encoding="utf-8")
     assert text.endswith("\n")
     ids = []
