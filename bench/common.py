@@ -267,6 +267,19 @@ async def resolve_model(client: Any, model: str | None) -> str:
     return str(models.data[0].id)
 
 
+async def connect(
+    base_url: str, api_key: str, client_timeout_s: float, model: str | None
+) -> tuple[Any, str] | None:
+    """A client and the model to ask (the first one listed when ``model`` is None), or None,
+    said on stderr, when the server cannot be reached (the benchmarks then exit 2)."""
+    client = make_client(base_url, api_key, client_timeout_s)
+    try:
+        return client, await resolve_model(client, model)
+    except Exception as exc:
+        print(f"cannot reach {base_url}: {error_text(exc)}", file=sys.stderr)
+        return None
+
+
 def is_transport_error(exc: BaseException) -> bool:
     """Connection refused / timeout (fatal) as opposed to an HTTP error answer."""
     import openai

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -30,14 +29,12 @@ from bench.common import (
     UNCONSTRAINED_EXTRA,
     StreamResult,
     bootstrap_ratio,
-    error_text,
+    connect,
     finish,
     load_corpus,
-    make_client,
     percentile,
     pick_spread,
     print_table,
-    resolve_model,
     stream_chat,
     tool_index,
     tools_for,
@@ -137,12 +134,9 @@ def result_json(r: StreamResult) -> JSON:
 async def run(args: argparse.Namespace) -> int:
     corpus = load_corpus(Path(args.corpus))
     index = tool_index(corpus)
-    client = make_client(args.base_url, args.api_key, args.timeout)
-    try:
-        model = await resolve_model(client, args.model)
-    except Exception as exc:
-        print(f"cannot reach {args.base_url}: {error_text(exc)}", file=sys.stderr)
+    if (connected := await connect(args.base_url, args.api_key, args.timeout, args.model)) is None:
         return 2
+    client, model = connected
     picked = pick_spread(corpus, args.tool_prompts + args.rf_prompts)
     rf_entries = pick_spread(picked, args.rf_prompts) if args.rf_prompts else []
     tool_entries = [e for e in picked if e not in rf_entries]

@@ -29,15 +29,14 @@ from bench.common import (
     UNCONSTRAINED_EXTRA,
     calls_from_text,
     check_call,
+    connect,
     error_text,
     finish,
     fmt_pct,
     is_transport_error,
     load_corpus,
-    make_client,
     pick_spread,
     print_table,
-    resolve_model,
     tool_choice_for,
     tool_index,
     tools_for,
@@ -203,12 +202,9 @@ async def run(args: argparse.Namespace) -> int:
     for m in modes:
         if m not in MODES:
             raise SystemExit(f"unknown mode {m!r}")
-    client = make_client(args.base_url, args.api_key, args.timeout)
-    try:
-        model = await resolve_model(client, args.model)
-    except Exception as exc:
-        print(f"cannot reach {args.base_url}: {error_text(exc)}", file=sys.stderr)
+    if (connected := await connect(args.base_url, args.api_key, args.timeout, args.model)) is None:
         return 2
+    client, model = connected
     sem = asyncio.Semaphore(args.concurrency)
     done = 0
     total = len(entries) * len(modes) * len(arms)

@@ -327,7 +327,9 @@ def _patch(monkeypatch: pytest.MonkeyPatch, module: Any, server: FakeServer) -> 
         http = httpx.AsyncClient(transport=httpx.MockTransport(server))
         return AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http, max_retries=0)  # type: ignore[arg-type,unused-ignore]
 
-    monkeypatch.setattr(module, "make_client", make)
+    monkeypatch.setattr(_client, "make_client", make)  # what `connect` builds
+    if hasattr(module, "make_client"):
+        monkeypatch.setattr(module, "make_client", make)
 
 
 @pytest.fixture()
