@@ -1,4 +1,4 @@
-"""Benchmarks, by subject; every one is a sub-command of ``loopstack bench`` (`bench.cli`).
+"""Benchmarks, by subject. Every one is a sub-command of ``loopstack bench`` (`bench.cli`).
 
 - ``load/``     the agent load test and capacity plan: HTTP to any OpenAI-compatible URL,
                 never imports ``serving`` or ``agent`` (``loopstack bench agents|requests|plan``)
