@@ -11,7 +11,7 @@ theirs apart.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = ["Cost", "cached_tokens_of"]
@@ -52,11 +52,6 @@ class Cost:
         out = asdict(self)
         out["wall_s"] = round(self.wall_s, 3)
         return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> Cost:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in names})
 
 
 def cached_tokens_of(usage: Any) -> int:

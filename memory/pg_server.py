@@ -126,14 +126,6 @@ class LocalPostgres:
         ):
             conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
-    def drop_database(self, url: str) -> None:
-        db = url.rsplit("/", 1)[1]
-        with (
-            contextlib.suppress(psycopg.Error),
-            psycopg.connect(self.admin_url, autocommit=True) as conn,
-        ):
-            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-
     def stop(self) -> None:
         self.halt()
         shutil.rmtree(self.root, ignore_errors=True)
