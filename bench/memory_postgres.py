@@ -188,6 +188,22 @@ async def _fill_store(location: str, workdir: Path, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def _fill_proc(location: str, workdir: str, n: int, q: Any) -> None:
+    q.put(asyncio.run(_fill_store(location, Path(workdir), n)))
+
+
+def _load(location: str, workdir: Path, n: int) -> float:
+    """Fill the store in a process of its own, so that its replica's memory (~1.8 GB at 1M
+    records) is given back before the app servers start."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_fill_proc, args=(location, str(workdir), n, q))
+    proc.start()
+    took = float(q.get(timeout=7200))
+    proc.join(120)
+    return took
+
+
 def _servers(
     location: str, workdir: Path, k: int, queries: list[str], prebuilt: bool = False
 ) -> dict[str, Any]:
@@ -232,12 +248,12 @@ async def recall(args: argparse.Namespace, pg: LocalPostgres, workdir: Path) -> 
     out: dict[str, Any] = {"records": args.records}
     if "postgres" in args.backends:
         url = pg.new_database()
-        out["postgres_load_s"] = round(await _fill_store(url, workdir / "pg", args.records), 1)
+        out["postgres_load_s"] = round(_load(url, workdir / "pg", args.records), 1)
         out["postgres"] = _servers(url, workdir / "pg", args.servers, queries, args.prebuilt)
         print(json.dumps({"recall_postgres": out["postgres"]}), flush=True)
     if "sqlite" in args.backends:
         db = str(workdir / "sqlite.db")
-        out["sqlite_load_s"] = round(await _fill_store(db, workdir / "sq", args.records), 1)
+        out["sqlite_load_s"] = round(_load(db, workdir / "sq", args.records), 1)
         qs = queries[: len(queries) // args.servers]
         out["sqlite_1_server"] = _servers(db, workdir / "sq", 1, qs, args.prebuilt)
         print(json.dumps({"recall_sqlite": out["sqlite_1_server"]}), flush=True)
