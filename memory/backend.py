@@ -5,8 +5,8 @@ default) and :class:`memory.pg_ledger.PgLedger` (one PostgreSQL database shared 
 servers). :func:`memory.store.open_ledger` picks one from a location: a path, or a
 ``postgresql://`` URL.
 
-Both keep the same contract (``tests/unit/memory/test_memory_ledger_contract.py`` runs on
-both): records with their vectors, keyword recall, per-user term statistics, trust events, an
+Both keep the same contract (the store, recall and trust suites under ``tests/unit/memory``
+run on both): records with their vectors, keyword recall, per-user term statistics, trust events, an
 append-only change log whose ``seq`` values are consecutive and become visible in order, and
 ``write()`` transactions in which every read sees every earlier commit of the same scope, so
 the writer's duplicate and supersede decisions hold when the transaction commits.
@@ -62,7 +62,9 @@ class LedgerTx(Protocol):
         any machine) until it ends; reads after it see all their commits."""
 
     def get(self, record_id: str) -> Record | None: ...
-    def by_fingerprint(self, user_id: str, fingerprint: str) -> Record | None: ...
+    def by_fingerprints(self, user_id: str, fingerprints: Sequence[str]) -> dict[str, Record]:
+        """The oldest active record of ``user_id`` with each of ``fingerprints`` (if any)."""
+
     def active(self, rowids: Sequence[int], user_id: str) -> dict[int, Record]: ...
     def count_terms(self, user_id: str, texts: Sequence[str], delta: int) -> None: ...
     def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]: ...

@@ -418,13 +418,17 @@ class Tx:
         ).fetchone()
         return None if row is None else row_to_record(row)
 
-    def by_fingerprint(self, user_id: str, fingerprint: str) -> Record | None:
-        row = self.cur.execute(
-            f"SELECT {COLUMNS} FROM records WHERE user_id = ? AND fingerprint = ? "
-            "AND superseded_by IS NULL ORDER BY rowid LIMIT 1",
-            (user_id, fingerprint),
-        ).fetchone()
-        return None if row is None else row_to_record(row)
+    def by_fingerprints(self, user_id: str, fingerprints: Sequence[str]) -> dict[str, Record]:
+        out: dict[str, Record] = {}
+        for i in range(0, len(fingerprints), 900):
+            chunk = list(fingerprints[i : i + 900])
+            for row in self.cur.execute(
+                f"SELECT fingerprint, {COLUMNS} FROM records WHERE user_id = ? AND fingerprint "
+                f"IN ({placeholders(len(chunk))}) AND superseded_by IS NULL ORDER BY rowid",
+                [user_id, *chunk],
+            ):
+                out.setdefault(str(row[0]), row_to_record(row[1:]))
+        return out
 
     def active(self, rowids: Sequence[int], user_id: str) -> dict[int, Record]:
         if not rowids:

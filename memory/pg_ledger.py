@@ -160,7 +160,9 @@ class PgLedger(WriteShortcuts):
                     self._wake()
                     last = time.monotonic()
                     while not self._stop.is_set():
-                        got = sum(1 for _ in conn.notifies(timeout=0.2, stop_after=1))
+                        # A short wait: close() joins this thread (tests open hundreds of
+                        # stores); each empty wait is one poll(), no traffic to the server.
+                        got = sum(1 for _ in conn.notifies(timeout=0.05, stop_after=1))
                         if not got and time.monotonic() - last < poll_s:
                             continue
                         if not got:

@@ -81,7 +81,19 @@ class LocalPostgres:
 
     def start(self) -> LocalPostgres:
         if not (self.data / "PG_VERSION").exists():
-            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8")
+            no_sync = [] if self.fsync else ["--no-sync"]  # like the server's fsync=off
+            self._run(
+                "initdb",
+                "-D",
+                str(self.data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                *no_sync,
+            )
         self.resume()
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS")

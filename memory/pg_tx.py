@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -38,13 +39,44 @@ def errors(what: str) -> Callable[[BaseException], LedgerError]:
 
 class PgTx:
     """Writes (and the reads decisions need) inside one Postgres transaction. Change-log
-    entries are buffered and appended at commit (see :class:`PgTransaction`)."""
+    entries and keyword document-frequency deltas are buffered and written at commit (see
+    :class:`PgTransaction`).
 
-    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
-        self.cur = cur
+    Writes whose result nobody reads (``send``) go out in pipeline mode: a run of them costs
+    no round trip of its own, it travels with the next read (``cur`` sends and checks them
+    first, so a read always sees them and their errors surface before it), or the commit.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._cur = conn.cursor()
+        self._pipe: ExitStack | None = None
         self.changes: list[tuple[str, int, str]] = []
+        self._terms: dict[str, dict[str, int]] = {}  # user -> term -> pending df delta
+        self._terms_sign = 0
+
+    @property
+    def cur(self) -> psycopg.Cursor[Any]:
+        """The cursor for reads (and writes whose result is needed), after ``sync``."""
+        self.sync()
+        return self._cur
+
+    def send(self, sql: str, params: Sequence[Any]) -> None:
+        """Queue a write whose result is not needed (pipeline mode)."""
+        if self._pipe is None:
+            stack = ExitStack()
+            stack.enter_context(self.conn.pipeline())
+            self._pipe = stack
+        self.conn.execute(sql, params)
+
+    def sync(self) -> None:
+        """Send the queued writes and wait for them; raises the first one's error."""
+        if self._pipe is not None:
+            stack, self._pipe = self._pipe, None
+            stack.close()
 
     def lock_scope(self, user_id: str) -> None:
+        # Not pipelined: the caller relies on holding the lock when this returns.
         self.cur.execute(SET_SCOPE, (user_id,))
         self.cur.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("memory:" + user_id,)
@@ -58,12 +90,16 @@ class PgTx:
     def get(self, record_id: str) -> Record | None:
         return self._one(f"SELECT {COLUMNS} FROM records WHERE id = %s", (record_id,))
 
-    def by_fingerprint(self, user_id: str, fingerprint: str) -> Record | None:
-        return self._one(
-            f"SELECT {COLUMNS} FROM records WHERE user_id = %s AND fingerprint = %s "
-            "AND superseded_by IS NULL ORDER BY rowid LIMIT 1",
-            (user_id, fingerprint),
+    def by_fingerprints(self, user_id: str, fingerprints: Sequence[str]) -> dict[str, Record]:
+        if not fingerprints:
+            return {}
+        self.cur.execute(
+            f"SELECT DISTINCT ON (fingerprint) fingerprint, {COLUMNS} FROM records "
+            "WHERE user_id = %s AND fingerprint = ANY(%s) AND superseded_by IS NULL "
+            "ORDER BY fingerprint, rowid",
+            (user_id, list(fingerprints)),
         )
+        return {str(r[0]): row_to_record(r[1:]) for r in self.cur.fetchall()}
 
     def active(self, rowids: Sequence[int], user_id: str) -> dict[int, Record]:
         if not rowids:
@@ -76,26 +112,40 @@ class PgTx:
         return {int(r[0]): row_to_record(r) for r in self.cur.fetchall()}
 
     def count_terms(self, user_id: str, texts: Sequence[str], delta: int) -> None:
-        counts: dict[str, int] = {}
+        """Buffered: updating the same ``user_terms`` row once per superseded record made a
+        bulk add quadratic (each update walks the row's versions of this transaction).
+        Deltas of one sign add up; a delta of the other sign writes them first, so the
+        clamp at 0 of removals gives what one update per call would."""
+        if delta == 0:
+            return
+        sign = 1 if delta > 0 else -1
+        if self._terms and sign != self._terms_sign:
+            self._flush_terms()
+        self._terms_sign = sign
+        counts = self._terms.setdefault(user_id, {})
         for terms in doc_terms(texts):
             for t in terms:
                 counts[t] = counts.get(t, 0) + delta
-        if not counts:
-            return
-        terms_, deltas = zip(*sorted(counts.items()), strict=True)  # one lock order
-        if delta > 0:
-            self.cur.execute(
-                "INSERT INTO user_terms(user_id, term, df) SELECT %s, t, d FROM "
-                "unnest(%s::text[], %s::int[]) AS x(t, d) ON CONFLICT (user_id, term) "
-                "DO UPDATE SET df = user_terms.df + excluded.df",
-                (user_id, list(terms_), list(deltas)),
-            )
-        else:
-            self.cur.execute(
-                "UPDATE user_terms u SET df = greatest(u.df + x.d, 0) FROM "
-                "unnest(%s::text[], %s::int[]) AS x(t, d) WHERE u.user_id = %s AND u.term = x.t",
-                (list(terms_), list(deltas), user_id),
-            )
+
+    def _flush_terms(self) -> None:
+        pending, self._terms = self._terms, {}
+        for user_id, counts in sorted(pending.items()):
+            if not counts:
+                continue
+            terms_, deltas = zip(*sorted(counts.items()), strict=True)  # one lock order
+            if self._terms_sign > 0:
+                self.send(
+                    "INSERT INTO user_terms(user_id, term, df) SELECT %s, t, d FROM "
+                    "unnest(%s::text[], %s::int[]) AS x(t, d) ON CONFLICT (user_id, term) "
+                    "DO UPDATE SET df = user_terms.df + excluded.df",
+                    (user_id, list(terms_), list(deltas)),
+                )
+            else:
+                self.send(
+                    "UPDATE user_terms u SET df = greatest(u.df + x.d, 0) FROM unnest(%s::text[],"
+                    " %s::int[]) AS x(t, d) WHERE u.user_id = %s AND u.term = x.t",
+                    (list(terms_), list(deltas), user_id),
+                )
 
     def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
         if len(records) != len(vectors):
@@ -137,7 +187,7 @@ class PgTx:
         )
         rowid_of = {str(i): int(r) for i, r in self.cur.fetchall()}
         out = [(r.id, rowid_of[r.id]) for r in records]
-        self.cur.execute(
+        self.send(
             "INSERT INTO vectors(rowid, user_id, vec) "
             "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bytea[])",
             (
@@ -157,7 +207,7 @@ class PgTx:
         return out
 
     def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
-        self.cur.execute("UPDATE records SET superseded_by = %s WHERE id = %s", (new_id_, old.id))
+        self.send("UPDATE records SET superseded_by = %s WHERE id = %s", (new_id_, old.id))
         self.changes.append(("del", old.rowid, old.user_id))
         self.count_terms(old.user_id, [old.text], -1)
         self.event(old.id, "contradicted", detail or f"superseded by {new_id_}")
@@ -165,8 +215,8 @@ class PgTx:
     def delete(self, records: Iterable[Record]) -> int:
         n = 0
         for rec in records:
-            self.cur.execute("DELETE FROM records WHERE rowid = %s", (rec.rowid,))
-            self.cur.execute("DELETE FROM events WHERE record_id = %s", (rec.id,))
+            self.send("DELETE FROM records WHERE rowid = %s", (rec.rowid,))
+            self.send("DELETE FROM events WHERE record_id = %s", (rec.id,))
             if rec.superseded_by is None:
                 self.changes.append(("del", rec.rowid, rec.user_id))
                 self.count_terms(rec.user_id, [rec.text], -1)
@@ -174,7 +224,7 @@ class PgTx:
         return n
 
     def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
-        self.cur.execute(
+        self.send(
             "UPDATE records SET mentions = mentions + 1, weight = greatest(weight, "
             "coalesce(%s, weight)) WHERE id = %s",
             (weight, record_id),
@@ -182,14 +232,14 @@ class PgTx:
 
     def confirm(self, rec: Record, evidence: Sequence[str], confidence: float, detail: str) -> None:
         merged = list(dict.fromkeys([*rec.evidence, *evidence]))
-        self.cur.execute(
+        self.send(
             "UPDATE records SET evidence = %s, confidence = greatest(confidence, %s) WHERE id = %s",
             (json.dumps(merged), confidence, rec.id),
         )
         self.event(rec.id, "confirmed", detail)
 
     def event(self, record_id: str, kind: EventKind, detail: str) -> None:
-        self.cur.execute(
+        self.send(
             "INSERT INTO events(record_id, user_id, ts, kind, detail) "
             "SELECT id, user_id, %s, %s, %s FROM records WHERE id = %s",
             (time.time(), kind, detail, record_id),
@@ -198,6 +248,7 @@ class PgTx:
     def flush_changes(self) -> None:
         """Append the buffered change-log entries: the counter row's lock orders commits,
         so seqs are consecutive and visible in order; NOTIFY is delivered at commit."""
+        self._flush_terms()
         if not self.changes:
             return
         n = len(self.changes)
@@ -206,12 +257,13 @@ class PgTx:
         last = int(row[0]) if row else n
         first = last - n + 1
         ops, rowids, users = zip(*self.changes, strict=True)
-        self.cur.execute(
+        self.send(
             "INSERT INTO changes(seq, op, rowid, user_id) SELECT * FROM "
             "unnest(%s::bigint[], %s::text[], %s::bigint[], %s::text[])",
             (list(range(first, last + 1)), list(ops), list(rowids), list(users)),
         )
-        self.cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(last)))
+        self.send("SELECT pg_notify(%s, %s)", (CHANNEL, str(last)))
+        self.sync()
 
 
 class PgTransaction:
@@ -226,7 +278,7 @@ class PgTransaction:
             try:
                 self._conn = self._pool.getconn()
                 self._conn.execute(SET_SCOPE, (ALL,))
-                self._tx = PgTx(self._conn.cursor())
+                self._tx = PgTx(self._conn)
                 return self._tx
             except psycopg.OperationalError as exc:
                 self._release()
@@ -248,8 +300,13 @@ class PgTransaction:
         try:
             if exc_type is None:
                 self._tx.flush_changes()
+                self._tx.sync()
                 conn.commit()
             else:
+                try:
+                    self._tx.sync()
+                except psycopg.Error:
+                    pass  # the transaction is rolled back anyway
                 conn.rollback()
         except psycopg.Error as err:
             # COMMIT failed or its answer was lost: the write is not acknowledged.

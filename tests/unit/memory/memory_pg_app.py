@@ -3,7 +3,7 @@
 Not a test module (no ``test_`` prefix). Usage::
 
     python memory_pg_app.py URL REPLICA_DIR SEED write N     # N adds (0: forever)
-    python memory_pg_app.py URL REPLICA_DIR SEED verify < acks.jsonl
+    python memory_pg_app.py URL REPLICA_DIR[,REPLICA_DIR...] SEED verify < acks.jsonl
 
 ``write`` adds facts for a user shared by every server and for one of its own: the same fact
 from several servers (one active record must remain), a new status of one project (the old
@@ -12,8 +12,10 @@ acknowledged add is printed as a JSON line only after ``add`` returned; a failed
 ``{"error": ...}`` and the server goes on. Every few adds it recalls for one of its users
 and counts items of another user (``{"xuser": n}`` at the end).
 
-``verify`` reads acknowledged adds on stdin and checks each is in the ledger for its user
-and, when still active, recallable through this server's replica.
+``verify`` reads acknowledged adds on stdin and, for each replica folder in turn (one
+process for all: an interpreter start each cost more than the checks), opens a server on it
+and checks each add is in the ledger for its user and, when still active, recallable
+through that server's replica; one result line per replica.
 """
 
 from __future__ import annotations
@@ -70,10 +72,9 @@ async def write(st: AsyncMemoryStore, seed: int, n: int) -> None:
     out({"xuser": xuser})
 
 
-async def verify(st: AsyncMemoryStore) -> None:
+async def verify(st: AsyncMemoryStore, acks: list[dict[str, str]]) -> None:
     missing, lost, checked = [], [], 0
-    for line in sys.stdin:
-        row = json.loads(line)
+    for row in acks:
         rec = st.ledger.get(row["id"])
         if rec is None or rec.user_id != row["user"]:
             lost.append(row["id"])
@@ -97,18 +98,27 @@ async def verify(st: AsyncMemoryStore) -> None:
     )
 
 
-async def main(url: str, replica: str, seed: int, mode: str, n: int) -> None:
+def _store(url: str, replica: str, seed: int) -> AsyncMemoryStore:
     settings = MemorySettings(
         index_dir=Path(replica), persist_every=random.Random(seed).choice([1, 7, 50])
     )
-    st = AsyncMemoryStore(url, embedder=HashingEmbedder(), settings=settings)
-    await st.open()
-    out({"ready": seed})
+    return AsyncMemoryStore(url, embedder=HashingEmbedder(), settings=settings)
+
+
+async def main(url: str, replicas: str, seed: int, mode: str, n: int) -> None:
     if mode == "write":
+        st = _store(url, replicas, seed)
+        await st.open()
+        out({"ready": seed})
         await write(st, seed, n)
-    else:
-        await verify(st)
-    await st.close()
+        await st.close()
+        return
+    acks = [json.loads(line) for line in sys.stdin]
+    for i, replica in enumerate(replicas.split(",")):  # one server after the other
+        st = _store(url, replica, seed + i)
+        await st.open()
+        await verify(st, acks)
+        await st.close()
 
 
 if __name__ == "__main__":

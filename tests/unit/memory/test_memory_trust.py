@@ -64,6 +64,21 @@ async def test_batch_supersede_matches_sequential(store: AsyncMemoryStore) -> No
     assert [r.id for r in await store.list(user_id="u1")] == [ids[-1]]
 
 
+async def test_batch_decides_on_what_its_earlier_items_changed(store: AsyncMemoryStore) -> None:
+    """A restatement earlier in the batch promotes the record (3 mentions: "repeated"), so a
+    later unverified claim of the same batch may not supersede it (read back, not cached)."""
+    first = await store.add("My sister lives in Paris", user_id="u1", source="inferred")
+    await store.add("My sister lives in Paris", user_id="u1", source="inferred")
+    ids = await store.add_many(
+        ["My sister lives in Paris", "My sister lives in Tokyo"], user_id="u1", source="inferred"
+    )
+    assert ids[0] == first
+    rec = await store.get(first, user_id="u1")
+    assert rec.mentions == 3 and rec.superseded_by is None
+    assert rec.events[-1].kind == "conflict_kept"
+    assert {r.id for r in await store.list(user_id="u1")} == {first, ids[1]}
+
+
 async def test_block_says_how_each_entry_is_known(store: AsyncMemoryStore) -> None:
     await store.add("The build server is called hopper", user_id="u1")
     await store.add(
