@@ -27,12 +27,15 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from serving.backend_outlines import OutlinesBackend
 from serving.client_constraints import admit_constraints, client_constraint
-from serving.constraint import CompiledSchema, arguments_regex, call_head, name_regex
+from serving.constraint import CompiledSchema, arguments_regex, name_regex
+from serving.constraint_backend import ConstraintBackend, TurnSpec, refuse_unenforceable
 from serving.engine import Engine, UpstreamError, sse_json
+from serving.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN, call_head
 from serving.exceptions import InvalidRequest, ToolCallValidationError
 from serving.metrics import Metrics
-from serving.prompt import TOOL_CALL_OPEN, PromptBuilder
+from serving.prompt import PromptBuilder
 from serving.protocol import (
     ChatCompletionRequest,
     NamedToolChoice,
@@ -50,12 +53,12 @@ from serving.toolcalls import (
     new_call_id,
     parse_lenient,
 )
+from serving.turn import ContentDelta, Done, Event, TurnRequest, turn_events
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
 MAX_CALLS_PER_TURN = 16
-NEXT_CALL = "\n<tool_call>\n"
 _HEAD_NAME = re.compile(r'\{"name": "([^"]*)", "arguments": $')
 _SAMPLING_KEYS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
 _CHAT_ONLY = {
@@ -81,25 +84,12 @@ class ToolPlan:
     prompt_tokens: int
     max_tokens: int
     sampling: dict[str, Any] = field(default_factory=dict)
+    parallel: bool = True
+    constraint: dict[str, Any] | None = None  # one request per turn (a grammar backend)
 
     @property
     def exact(self) -> bool:
         return all(c.exact for c in self.tools.values())
-
-
-@dataclass
-class ContentDelta:
-    text: str
-
-
-@dataclass
-class Done:
-    finish_reason: str
-    completion_tokens: int
-    cached_tokens: int | None = None  # the engine's prompt_tokens_details.cached_tokens
-
-
-Event = ContentDelta | CallEvent | Done
 
 
 @dataclass
@@ -108,6 +98,9 @@ class _Tally:
 
     tokens: int = 0
     finish: str = "stop"
+    calls: int = 0
+    invalid: int = 0
+    retries: int = 0
     cached: int | None = None  # cached prompt tokens of the first engine request
 
 
@@ -120,12 +113,14 @@ class ChatService:
         schemas: SchemaCache,
         metrics: Metrics,
         max_tool_tokens: int = 1024,
+        backend: ConstraintBackend | None = None,
     ):
         self.engine = engine
         self.prompts = prompts
         self.schemas = schemas
         self.metrics = metrics
         self.max_tool_tokens = max_tool_tokens
+        self.backend: ConstraintBackend = backend or OutlinesBackend()
 
     # -- entry point ----------------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> dict[str, Any] | AsyncIterator[bytes]:
@@ -143,6 +138,9 @@ class ChatService:
         if found is not None:  # the tool path constrains itself, the free phase of auto too
             raise InvalidRequest(f"{found[0]} cannot be combined with tools", param=found[0])
         plan = self._plan(req, choice, compiled)
+        if self.backend.single_request and plan.constrained:
+            spec = TurnSpec(plan.mode, {n: c.schema for n, c in plan.tools.items()}, plan.parallel)
+            plan.constraint = await self.backend.admit(spec, what="tools")
         self.metrics.tool_requests.labels(mode=plan.mode).inc()
         if req.stream:
             return self._stream_tools(req, plan)
@@ -154,9 +152,17 @@ class ChatService:
             fn = tool.function
             if fn.name in compiled:
                 raise InvalidRequest(f"duplicate tool name {fn.name!r}", param=f"tools[{i}]")
-            compiled[fn.name] = await self.schemas.get(
-                fn.parameters, what=f"tools[{i}].function.parameters"
-            )
+            what = f"tools[{i}].function.parameters"
+            if not req.loopstack.constrained:  # the baseline: validated, never enforced
+                compiled[fn.name] = await self.schemas.checked(fn.parameters, what=what)
+                continue
+            refuse_unenforceable(fn.parameters, what=what)
+            if self.backend.single_request:
+                compiled[fn.name] = await self.schemas.checked(
+                    fn.parameters, what=what, exact=self.backend.exact
+                )
+            else:
+                compiled[fn.name] = await self.schemas.get(fn.parameters, what=what)
         return compiled
 
     def _plan(
@@ -183,13 +189,17 @@ class ChatService:
         prompt_tokens = self.prompts.check_fits(prompt, max_tokens)
         sampling = {k: getattr(req, k) for k in _SAMPLING_KEYS if getattr(req, k) is not None}
         extra = {k: v for k, v in (req.model_extra or {}).items() if k not in _CHAT_ONLY}
+        regexes = not self.backend.single_request and req.loopstack.constrained
         return ToolPlan(
             mode=mode,
             tools=offered,
-            name_regex=name_regex(list(offered)),
+            name_regex=name_regex(list(offered)) if regexes else "",
             args_regex={
                 n: arguments_regex(c, parallel=req.parallel_tool_calls) for n, c in offered.items()
-            },
+            }
+            if regexes
+            else {},
+            parallel=req.parallel_tool_calls,
             constrained=req.loopstack.constrained,
             prompt=prompt,
             prompt_tokens=prompt_tokens,
@@ -236,6 +246,10 @@ class ChatService:
         before they are emitted.
         """
         tally = _Tally()
+        if plan.constraint is not None:
+            async for ev in self._turn_events(plan, tally, live=live):
+                yield ev
+            return
         if not plan.constrained:  # benchmark baseline: no grammar, calls read leniently
             prefix = "" if plan.mode == "auto" else TOOL_CALL_OPEN
             body = self._body(plan, plan.prompt + prefix, regex=None, tally=tally)
@@ -315,7 +329,7 @@ class ChatService:
             async for delta in self._generate(plan, prompt, args_regex, tally, override):
                 text += delta
                 yield delta
-            if tally.finish != "stop" or not text.endswith(NEXT_CALL):
+            if tally.finish != "stop" or not text.endswith(CALL_SEPARATOR):
                 return
             prompt += text
 
@@ -394,6 +408,42 @@ class ChatService:
                 logger.error("invalid tool call left the server: %s %s", c.name, c.arguments)
         self.metrics.tool_calls.labels(mode=plan.mode, valid="false").inc(invalid)
         return invalid
+
+    async def _turn_events(
+        self, plan: ToolPlan, tally: _Tally, *, live: bool
+    ) -> AsyncIterator[Event]:
+        """One engine request for the whole turn (`serving.turn`)."""
+        prompt = plan.prompt + ("" if plan.mode == "auto" else TOOL_CALL_OPEN)
+        body = self._body(plan, prompt, regex=None, tally=tally)
+        body["structured_outputs"] = plan.constraint
+        turn = TurnRequest(
+            names=list(plan.tools),
+            auto=plan.mode == "auto",
+            parallel=plan.parallel,
+            exact=plan.exact,
+            body=body,
+            temperature=float(plan.sampling.get("temperature") or 0.0),
+        )
+
+        async def problems(call: ParsedCall) -> list[str]:
+            return await self._problems(plan, call)
+
+        try:
+            async for ev in turn_events(
+                turn, stream=self._stream_text, problems=problems, tally=tally, live=live
+            ):
+                yield ev
+        except UpstreamError as exc:
+            if exc.status_code < 500:
+                raise
+            raise ToolCallValidationError(
+                f"the engine failed while generating under the tools' constraint: {exc.message}"
+            ) from exc
+        finally:
+            self.metrics.tool_retries.inc(tally.retries)
+        valid = tally.calls - tally.invalid
+        self.metrics.tool_calls.labels(mode=plan.mode, valid="true").inc(valid)
+        self.metrics.tool_calls.labels(mode=plan.mode, valid="false").inc(tally.invalid)
 
     def _body(self, plan: ToolPlan, prompt: str, *, regex: str | None, tally: _Tally) -> dict:
         body: dict[str, Any] = {

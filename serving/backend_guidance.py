@@ -1,0 +1,159 @@
+"""The ``guidance`` constraint backend: a turn as one llguidance Lark grammar.
+
+vLLM's guidance backend takes a Lark grammar (``structured_outputs.grammar``) with embedded
+JSON schemas (``%json``). llguidance builds token masks lazily (no ahead-of-time compile) and
+enforces JSON Schema broadly (numeric bounds, lengths, enums, patterns without lookaround).
+
+* ``auto`` - free text (``TEXT``) until a *lazy* lexeme ends with a trigger naming an offered
+  tool (`envelope.triggers`); then ``, "arguments": `` and the tool's schema; then free text.
+  Qwen's ``<tool_call>``/``</tool_call>`` are special tokens that no text lexeme matches, so
+  the free text allows them by id.
+* ``required`` / named - ``{"name": "<tool>", "arguments": <schema>}`` calls joined by the
+  separator, nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from serving import envelope
+from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec
+
+_JSON_OPTIONS = {"whitespace_flexible": False, "lenient": True}  # compact: no whitespace loops
+
+
+def _lit(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+NUMBER_STEP = 0.000001  # numbers get at most 6 decimals: a model cannot write 0.000... forever
+
+
+def _finite_numbers(node: Any) -> Any:
+    """A copy of `node` whose numbers have a finite number of decimals (``multipleOf``,
+    which llguidance enforces): under ``exclusiveMinimum: 0`` a small model wanting 0 wrote
+    ``0.000…`` until ``max_tokens``. A sound subset: the output is validated against the
+    client's schema anyway."""
+    if isinstance(node, list):
+        return [_finite_numbers(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        k: v if k in ("enum", "const", "default", "examples") else _finite_numbers(v)
+        for k, v in node.items()
+    }
+    kind = node.get("type")
+    is_number = kind == "number" or (isinstance(kind, list) and "number" in kind)
+    if is_number and "multipleOf" not in node:
+        out["multipleOf"] = NUMBER_STEP
+    return out
+
+
+def _schema(schema: Any) -> str:
+    body = _finite_numbers(schema) if isinstance(schema, dict) else {}
+    body["x-guidance"] = _JSON_OPTIONS
+    return "%json " + json.dumps(body, ensure_ascii=False)
+
+
+def _regex(pattern: str) -> str:
+    return "/" + pattern.replace("/", "\\/") + "/"
+
+
+def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
+    """The Lark grammar of one turn. `tag_ids`: token ids of `envelope.CALL_TAGS` when they
+    are special tokens (the free text of ``auto`` must allow them)."""
+    lines = ["%llguidance {}"]
+    names = []
+    for i, (name, schema) in enumerate(spec.tools.items()):
+        rule = f"call_{i}"
+        names.append(rule)
+        if spec.mode == "auto":
+            trigger = "|".join(_escape_re(t) for t in envelope.triggers(name))
+            lines.append(f"{rule}_trig[lazy]: TEXT /({trigger})/")
+            lines.append(f"{rule}: {rule}_trig ARGS {_schema(schema)}")
+        else:
+            lines.append(f'{rule}: {_lit(envelope.call_head(name))} {_schema(schema)} "}}"')
+    calls = " | ".join(names)
+    if spec.mode == "auto":
+        specials = [f"TEXT <[{tid}]>" for tid in (tag_ids or {}).values()]
+        many = "*" if spec.parallel else "?"
+        lines.append(f"start: ({' | '.join([calls, *specials])}){many} TEXT")
+        lines.append(r"TEXT: /(.|\n)*/")
+        lines.append(f"ARGS: {_regex(envelope.ARGUMENTS_LEAD)}")
+    else:
+        sep = _lit(envelope.CALL_SEPARATOR)
+        if tag_ids and len(tag_ids) == len(envelope.CALL_TAGS):
+            opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS)
+            sep = f'"\\n" {closed} "\\n" {opened} "\\n"'
+        rest = f" ({sep} call)*" if spec.parallel else ""
+        lines.append(f"start: call{rest}")
+        lines.append(f"call: {calls}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape_re(text: str) -> str:
+    return "".join("\\" + c if c in r"\.^$|?*+()[]{}/" else c for c in text)
+
+
+class GuidanceBackend(GrammarBackend):
+    name: BackendName = "guidance"
+    tag_ids: dict[str, int] | None = None  # set from the tokenizer by the server
+
+    def build(self, spec: TurnSpec) -> tuple[dict[str, Any], str]:
+        grammar = lark_grammar(spec, self.tag_ids)
+        return {"grammar": grammar}, grammar
+
+
+def make_checker(tokenizer_path: str | None) -> Callable[[str], str | None]:
+    """In the worker: build the grammar's parser against the model's vocabulary."""
+    import llguidance
+
+    if tokenizer_path is None:  # tests: a byte-level vocabulary
+        tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
+    elif (Path(tokenizer_path) / "tokenizer.json").is_file():
+        tokenizer = llguidance.LLTokenizer(str(Path(tokenizer_path) / "tokenizer.json"))
+    else:  # no fast-tokenizer file: through transformers
+        import llguidance.hf
+        from transformers import AutoTokenizer
+
+        tokenizer = llguidance.hf.from_tokenizer(AutoTokenizer.from_pretrained(tokenizer_path))
+
+    def check(payload: str) -> str | None:
+        if not payload:
+            return None
+        grammar = llguidance.grammar_from("grammar", payload)
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+        if is_error:
+            return "; ".join(messages)[:300] or "invalid grammar"
+        matcher = llguidance.LLMatcher(tokenizer, grammar)
+        if matcher.is_error():
+            return matcher.get_error()[:300]
+        return None
+
+    return check
+
+
+def special_tag_ids(tokenizer: Any) -> dict[str, int] | None:
+    """Ids of `envelope.CALL_TAGS` when the tokenizer has them as single added tokens."""
+    ids = {}
+    for tag in envelope.CALL_TAGS:
+        try:
+            tid = tokenizer.convert_tokens_to_ids(tag)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+        if not isinstance(tid, int) or tid == getattr(tokenizer, "unk_token_id", None):
+            return None
+        ids[tag] = tid
+    return ids
+
+
+class _ByteTokenizer:
+    eos_token_id = 256
+    bos_token_id = None
+    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+
+    def __call__(self, text: bytes) -> list[int]:
+        return list(text)
