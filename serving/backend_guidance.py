@@ -22,7 +22,10 @@ from typing import Any
 from serving import envelope
 from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec
 
-_JSON_OPTIONS = {"whitespace_flexible": False, "lenient": True}  # compact: no whitespace loops
+# Whitespace as a model writes it (``{"city": "Paris"}`` or pretty-printed), but bounded per
+# position: with unbounded whitespace a small model looped on it; with none (compact JSON)
+# it lost its usual tokens (`", "`) and wrote strings of separators instead of values.
+_JSON_OPTIONS = {"whitespace_pattern": r"[ \t\n]{0,16}", "lenient": True}
 
 
 def _lit(text: str) -> str:
