@@ -39,6 +39,9 @@ _Result = tuple[Any, ...]
 
 
 def _limit_memory() -> None:
+    from serving.launcher import exit_with_parent
+
+    exit_with_parent()  # a kill -9 of the server must not leave this worker behind
     try:
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
     except (ValueError, OSError):  # e.g. macOS: the deadline remains

@@ -129,6 +129,9 @@ _WORKER: dict[str, Any] = {}
 def _init_worker(backend: str, tokenizer_path: str | None, memory: int) -> None:
     import resource
 
+    from serving.launcher import exit_with_parent
+
+    exit_with_parent()  # a kill -9 of the server must not leave this worker behind
     try:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     except (ValueError, OSError):  # e.g. macOS: the deadline remains
