@@ -22,10 +22,16 @@ from typing import Any
 from serving import envelope
 from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec
 
-# Whitespace as a model writes it (``{"city": "Paris"}`` or pretty-printed), but bounded per
-# position: with unbounded whitespace a small model looped on it; with none (compact JSON)
-# it lost its usual tokens (`", "`) and wrote strings of separators instead of values.
-_JSON_OPTIONS = {"whitespace_pattern": r"[ \t\n]{0,16}", "lenient": True}
+# One line, with the separators the model writes everywhere else (``{"city": "Paris", "days":
+# 5}``): whitespace left free let a small model loop on it (llguidance repeats its whitespace
+# lexeme, so a bounded `whitespace_pattern` does not bound it); with no whitespace at all
+# (``","``/``":"``) the model lost its usual tokens (``", "``) and wrote separators as strings.
+_JSON_OPTIONS = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+    "lenient": True,
+}
 
 
 def _lit(text: str) -> str:
@@ -70,29 +76,42 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
     are special tokens (the free text of ``auto`` must allow them)."""
     lines = ["%llguidance {}"]
     names = []
-    for i, (name, schema) in enumerate(spec.tools.items()):
-        rule = f"call_{i}"
-        names.append(rule)
-        if spec.mode == "auto":
-            trigger = "|".join(_escape_re(t) for t in envelope.triggers(name))
+    if spec.mode == "auto":
+        for i, (stem, group) in enumerate(envelope.stem_groups(list(spec.tools)).items()):
+            rule = f"call_{i}"
+            names.append(rule)
+            trigger = "|".join(_escape_re(t) for t in envelope.triggers(stem))
+            rests = [f"{_lit(envelope.name_rest(n, stem))} ARGS {_schema(spec.tools[n])}"
+                     for n in group]  # fmt: skip
             lines.append(f"{rule}_trig[lazy]: TEXT /({trigger})/")
-            lines.append(f"{rule}: {rule}_trig ARGS {_schema(schema)}")
-        else:
+            lines.append(f"{rule}: {rule}_trig ({' | '.join(rests)})")
+    else:
+        for i, (name, schema) in enumerate(spec.tools.items()):
+            rule = f"call_{i}"
+            names.append(rule)
             lines.append(f'{rule}: {_lit(envelope.call_head(name))} {_schema(schema)} "}}"')
     calls = " | ".join(names)
+    opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS) if tag_ids else ("", "")
     if spec.mode == "auto":
-        specials = [f"TEXT <[{tid}]>" for tid in (tag_ids or {}).values()]
-        many = "*" if spec.parallel else "?"
-        lines.append(f"start: ({' | '.join([calls, *specials])}){many} TEXT")
+        # the model may open and close <tool_call> tags (special tokens, which no TEXT
+        # lexeme matches) around its calls; without parallel calls, at most one call
+        tags = f"TEXT {opened} | TEXT {closed}" if tag_ids else ""
+        if spec.parallel:
+            lines.append(f"start: ({' | '.join(filter(None, [calls, tags]))})* TEXT")
+        elif tags:
+            lines.append(f"start: tag* (({calls}) tag*)? TEXT")
+            lines.append(f"tag: {tags}")
+        else:
+            lines.append(f"start: ({calls})? TEXT")
         lines.append(r"TEXT: /(.|\n)*/")
         lines.append(f"ARGS: {_regex(envelope.ARGUMENTS_LEAD)}")
     else:
-        sep = _lit(envelope.CALL_SEPARATOR)
-        if tag_ids and len(tag_ids) == len(envelope.CALL_TAGS):
-            opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS)
-            sep = f'"\\n" {closed} "\\n" {opened} "\\n"'
+        sep, close = _lit(envelope.CALL_SEPARATOR), _lit(envelope.TOOL_CALL_CLOSE)
+        if tag_ids:
+            sep, close = f'"\\n" {closed} "\\n" {opened} "\\n"', f'"\\n" {closed}'
         rest = f" ({sep} call)*" if spec.parallel else ""
-        lines.append(f"start: call{rest}")
+        # after the last call the model may close its tag, and must then end
+        lines.append(f"start: call{rest} ({close})?")
         lines.append(f"call: {calls}")
     return "\n".join(lines) + "\n"
 

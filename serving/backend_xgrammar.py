@@ -1,7 +1,8 @@
 """The ``xgrammar`` constraint backend: a turn as one XGrammar structural tag.
 
-* ``auto`` - ``triggered_tags``: free text until a trigger names an offered tool
-  (``"name": "get_weather"``, `envelope.triggers`), then ``, "arguments": `` and that tool's
+* ``auto`` - ``triggered_tags``: free text until a trigger begins to name an offered tool
+  (``"name": "get_``, `envelope.triggers`), then the rest of an offered name,
+  ``, "arguments": `` and that tool's
   argument schema are enforced, then free text again (the fence or ``</tool_call>`` the model
   closes with, or another call). ``stop_after_first`` when parallel calls are off.
 * ``required`` / named - the prompt ends with ``<tool_call>\\n``; ``tags_with_separator``: one
@@ -62,17 +63,19 @@ def structural_tag(spec: TurnSpec) -> dict[str, Any]:
     """The XGrammar structural tag (``{"type": "structural_tag", "format": ...}``)."""
     if spec.mode == "auto":
         tags, trigs = [], []
-        for name, schema in spec.tools.items():
-            for trigger in envelope.triggers(name):
+        for stem, group in envelope.stem_groups(list(spec.tools)).items():
+            for trigger in envelope.triggers(stem):
                 trigs.append(trigger)
-                content = {
-                    "type": "sequence",
-                    "elements": [
-                        {"type": "regex", "pattern": envelope.ARGUMENTS_LEAD},
-                        _arguments(schema),
-                    ],
-                }
-                tags.append({"type": "tag", "begin": trigger, "content": content, "end": ""})
+                for name in group:
+                    content = {
+                        "type": "sequence",
+                        "elements": [
+                            {"type": "regex", "pattern": envelope.ARGUMENTS_LEAD},
+                            _arguments(spec.tools[name]),
+                        ],
+                    }
+                    begin = trigger + envelope.name_rest(name, stem)
+                    tags.append({"type": "tag", "begin": begin, "content": content, "end": ""})
         fmt: dict[str, Any] = {
             "type": "triggered_tags",
             "triggers": trigs,

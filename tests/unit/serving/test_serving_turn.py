@@ -17,7 +17,7 @@ from serving.constraint_backend import (
     exact_for_grammar,
     make_backend,
 )
-from serving.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN
+from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, stem_groups
 from serving.turn import ContentDelta, TurnParser
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import (
@@ -37,6 +37,7 @@ FENCED = (
     'Sure, let me look.\n```json\n{\n  "name": "get_weather",\n  "arguments": {\n'
     '    "city": "Paris",\n    "days": 5\n  }\n}\n```'
 )
+PARIS_LINE = '{"city": "Paris", "days": 5}'
 CODE_BLOCK = 'Here:\n```json\n{\n  "name": "Ann",\n  "arguments": 3\n}\n```\nDone.'
 
 
@@ -124,22 +125,27 @@ def test_guidance_grammar_enforces_the_same_turns() -> None:
         return bool(m.consume_tokens(list(text.encode()))) and not m.is_error()
 
     auto = TurnSpec("auto", PARAMS, parallel=True)
-    # llguidance is given compact JSON (flexible whitespace let the model loop on spaces)
-    fenced = FENCED.replace(
-        '{\n    "city": "Paris",\n    "days": 5\n  }', '{"city":"Paris","days":5}'
-    )
-    assert fenced != FENCED and accepts(auto, fenced)
+    # the arguments on one line with the usual separators (free whitespace: loops)
+    one_line = FENCED.replace('{\n    "city": "Paris",\n    "days": 5\n  }', PARIS_LINE)
+    assert one_line != FENCED and accepts(auto, one_line)
     assert not accepts(auto, FENCED)
-    assert not accepts(auto, fenced.replace('"days":5', '"days":9'))
+    assert not accepts(auto, one_line.replace('", "', '",   "'))
+    assert not accepts(auto, one_line.replace('"days": 5', '"days": 9'))
     assert accepts(auto, CODE_BLOCK)
+    # a call begun with a tool of the family that is not offered must become an offered one
+    assert not accepts(auto, one_line.replace("get_weather", "get_temperature"))
+    assert not accepts(auto, one_line.replace("get_weather", "get_weather_v2"))
     required = TurnSpec("required", PARAMS, parallel=True)
-    assert accepts(required, call("add", {"a": 1, "b": 2}) + CALL_SEPARATOR)
-    assert accepts(required, '{"name": "add", "arguments": {"a":1,"b":2}}')
+    add = '{"name": "add", "arguments": {"a": 1, "b": 2}}'
+    assert accepts(required, add + CALL_SEPARATOR)
+    assert not accepts(required, '{"name": "add", "arguments": {"a":1,"b":2}}')
     number = TurnSpec("required", {"n": {"type": "object", "properties": {"x": {
         "type": "number", "exclusiveMinimum": 0}}}}, parallel=False)  # fmt: skip
-    assert accepts(number, '{"name": "n", "arguments": {"x":0.000001}}')
-    assert not accepts(number, '{"name": "n", "arguments": {"x":0.0000001')  # finite decimals
+    assert accepts(number, '{"name": "n", "arguments": {"x": 0.000001}}')
+    assert not accepts(number, '{"name": "n", "arguments": {"x": 0.0000001')  # finite decimals
     assert not accepts(required, "text")
+    assert accepts(required, add + TOOL_CALL_CLOSE)  # then the end
+    assert not accepts(required, add + TOOL_CALL_CLOSE + " more")
 
 
 @pytest.mark.parametrize("backend", ["xgrammar", "guidance"])
@@ -248,3 +254,17 @@ async def test_a_cut_off_required_turn_shows_no_envelope_as_content(
     choice = resp.json()["choices"][0]
     assert choice["finish_reason"] == "length"
     assert not choice["message"]["content"] and not choice["message"].get("tool_calls")
+
+
+def test_stems_group_tool_families_and_never_shadow_each_other() -> None:
+    assert stem_groups(["get_weather", "get_humidity", "add"]) == {
+        "get_": ["get_weather", "get_humidity"],
+        "add": ["add"],
+    }
+    # "get" (no separator) would fire before "get_" could be written: one group
+    assert stem_groups(["get_weather", "get"]) == {"get": ["get_weather", "get"]}
+    assert stem_groups(["a_b", "search-files", "mcp.time"]) == {
+        "a_b": ["a_b"],
+        "search-": ["search-files"],
+        "mcp.": ["mcp.time"],
+    }
