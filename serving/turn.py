@@ -59,6 +59,7 @@ class TurnParser:
         self._sent = 0  # content emitted up to here
         self._reading: ParsedCall | None = None
         self._value, self._begun, self._scalar = JsonScan(), False, False
+        self.starting = False  # the text ends in what may become a call's start
 
     def feed(self, delta: str) -> list[ContentDelta | CallEvent]:
         self.text += delta
@@ -78,6 +79,7 @@ class TurnParser:
                 self._reading = None
                 continue
             m = self._start.search(self.text, self._pos, partial=True)
+            self.starting = m is not None and m.partial and m.end() > m.start()
             if m is None or m.partial:
                 hold = len(self.text) if m is None else m.start()
                 self._content(hold, events)
@@ -181,7 +183,10 @@ async def turn_events(
             for ev in held:
                 if ev.index in done:
                     yield ev
-            finish = "tool_calls" if calls and tally.finish != "length" else tally.finish
+            # max_tokens ran out after the last whole call (before the end-of-turn token, or
+            # after its closing tag), no other call begun: a tool-calls turn
+            cut = tally.finish == "length" and (len(calls) < len(parser.calls) or parser.starting)
+            finish = "tool_calls" if calls and not cut else tally.finish
             tally.invalid = sum(1 for _, ps in found if ps) if live else 0
             tally.calls = len(calls)
             yield Done(finish, spent, getattr(tally, "cached", None))

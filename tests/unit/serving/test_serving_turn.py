@@ -256,6 +256,25 @@ async def test_a_cut_off_required_turn_shows_no_envelope_as_content(
     assert not choice["message"]["content"] and not choice["message"].get("tool_calls")
 
 
+@pytest.mark.parametrize(
+    ("after", "finish"),
+    [("", "tool_calls"), (TOOL_CALL_CLOSE, "tool_calls"), (CALL_SEPARATOR, "length"),
+     (CALL_SEPARATOR + '{"name": "ad', "length")],
+)  # fmt: skip
+async def test_max_tokens_after_a_whole_call_is_a_tool_calls_turn(
+    grammar_harness: Harness, after: str, finish: str
+) -> None:
+    """Cut after the last whole call (before the end token, after its closing tag):
+    tool_calls; cut once another call has begun: length. Only whole calls come back."""
+    h = grammar_harness
+    h.engine.constrained = [call("add", {"a": 1, "b": 2}) + after]
+    h.engine.finish_reason = "length"
+    resp = await post_chat(h, tools=[WEATHER, ADD], tool_choice="required", max_tokens=40)
+    choice = resp.json()["choices"][0]
+    assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["add"]
+    assert choice["finish_reason"] == finish
+
+
 def test_stems_group_tool_families_and_never_shadow_each_other() -> None:
     assert stem_groups(["get_weather", "get_humidity", "add"]) == {
         "get_": ["get_weather", "get_humidity"],
