@@ -93,17 +93,22 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
     calls = " | ".join(names)
     opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS) if tag_ids else ("", "")
     if spec.mode == "auto":
-        # the model may open and close <tool_call> tags (special tokens, which no TEXT
-        # lexeme matches) around its calls; without parallel calls, at most one call
-        tags = f"TEXT {opened} | TEXT {closed}" if tag_ids else ""
-        if spec.parallel:
-            lines.append(f"start: ({' | '.join(filter(None, [calls, tags]))})* TEXT")
-        elif tags:
-            lines.append(f"start: tag* (({calls}) tag*)? TEXT")
-            lines.append(f"tag: {tags}")
-        else:
-            lines.append(f"start: ({calls})? TEXT")
+        # Free text, or text then a call; after a call only its tail (the envelope's `}`, a
+        # closing fence or tag), then the end: a small model that loops on calls would
+        # otherwise have each loop enforced as another call. More calls only where parallel
+        # calls are on and the model opens another <tool_call> tag (the Hermes form).
+        # Qwen's tags are special tokens (no TEXT lexeme matches them): referenced by id.
+        opened = opened or _lit(envelope.CALL_TAGS[0])
+        closed = closed or _lit(envelope.CALL_TAGS[1])
+        tagged = f" | TEXT {opened} first tail" if tag_ids else ""  # else TEXT holds the tag
+        lines.append(f"start: TEXT | first tail{tagged}")
+        lines.append(f"first: {calls}")
+        more = f" (NL {opened} first tail)?" if spec.parallel else ""
+        lines.append(f"tail: TAIL | TAIL {closed}{more} END")
         lines.append(r"TEXT: /(.|\n)*/")
+        lines.append(r"TAIL: /[ \t\n]{0,16}\}?[ \t\n]{0,16}(```)?[ \t\n]{0,16}/")
+        lines.append(r"NL: /\n?/")
+        lines.append(r"END: /[ \t\n]{0,16}/")
         lines.append(f"ARGS: {_regex(envelope.ARGUMENTS_LEAD)}")
     else:
         sep, close = _lit(envelope.CALL_SEPARATOR), _lit(envelope.TOOL_CALL_CLOSE)

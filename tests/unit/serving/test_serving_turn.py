@@ -133,6 +133,14 @@ def test_guidance_grammar_enforces_the_same_turns() -> None:
     assert not accepts(auto, one_line.replace('"days": 5', '"days": 9'))
     assert accepts(auto, CODE_BLOCK)
     # a call begun with a tool of the family that is not offered must become an offered one
+    # after a call only its tail: no text, no second call unless in another <tool_call> tag
+    assert accepts(auto, one_line + "\n")
+    assert not accepts(auto, one_line + "\nHope this helps.")
+    bare = '{"name": "add", "arguments": {"a": 1, "b": 2}}'
+    assert not accepts(auto, bare + "\n" + bare)
+    tagged = TOOL_CALL_OPEN + bare + CALL_SEPARATOR + bare + TOOL_CALL_CLOSE
+    assert accepts(auto, tagged)
+    assert not accepts(TurnSpec("auto", PARAMS, parallel=False), tagged)
     assert not accepts(auto, one_line.replace("get_weather", "get_temperature"))
     assert not accepts(auto, one_line.replace("get_weather", "get_weather_v2"))
     required = TurnSpec("required", PARAMS, parallel=True)
