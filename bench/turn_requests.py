@@ -4,8 +4,10 @@ For each mode (``auto``, ``required``, named) an agent-like turn (system prompt,
 question, the corpus tools) is sent and vLLM's own counter, ``vllm:request_success_total``
 (relayed on the server's /metrics), is read before and after: engine requests per turn.
 Then cold vs warm: a tool set no cache has seen (corpus tools renamed with a fresh suffix)
-is sent twice in a row; the first step minus the second is what compiling the new tools
-costs (our admission + the engine's grammar compile).
+is sent twice in a row, each with its own vLLM ``cache_salt`` so that neither step reuses
+the other's prefix cache (otherwise the warm step skips the prompt's prefill and the gap is
+mostly prefill, not compile); the first step minus the second is what compiling the new
+tools costs (our admission + the engine's grammar compile). Spread: min / median / max.
 
     python -m bench.turn_requests --base-url http://127.0.0.1:8000 --api-key KEY \\
         --turns 2 --cold 2 --tools 3
@@ -60,9 +62,9 @@ def settled(client: httpx.Client) -> float:
 
 
 def turn(
-    client: httpx.Client, model: str, tools: list[Any], choice: Any, n: int
+    client: httpx.Client, model: str, tools: list[Any], choice: Any, n: int, salt: str = ""
 ) -> tuple[float, dict[str, Any]]:
-    body = {
+    body: dict[str, Any] = {
         "model": model,
         "messages": [
             {"role": "system", "content": "You are a helpful assistant. Use tools when useful."},
@@ -73,6 +75,8 @@ def turn(
         "max_tokens": 96,
         "temperature": 0,
     }
+    if salt:
+        body["cache_salt"] = salt
     started = time.perf_counter()
     r = client.post("/v1/chat/completions", json=body)
     return time.perf_counter() - started, r.json()
@@ -115,11 +119,13 @@ def main() -> None:
         gaps = []
         for _ in range(args.cold):
             fresh = [WEATHER, *corpus_tools(args.tools, "_" + secrets.token_hex(3))]
-            cold, _ = turn(client, model, fresh, "required", 3)
-            warm, _ = turn(client, model, fresh, "required", 3)
+            cold, _ = turn(client, model, fresh, "required", 3, secrets.token_hex(8))
+            warm, _ = turn(client, model, fresh, "required", 3, secrets.token_hex(8))
             gaps.append(cold - warm)
             print(f"new tool set ({len(fresh)} tools): cold {cold:.2f} s, warm {warm:.2f} s")
-        print(f"cold minus warm: median {statistics.median(gaps):.2f} s over {len(gaps)} sets")
+        print(f"cold minus warm (no prefix cache on either): median "
+              f"{statistics.median(gaps):.2f} s, min {min(gaps):.2f}, max {max(gaps):.2f} "
+              f"over {len(gaps)} sets")  # fmt: skip
 
 
 if __name__ == "__main__":
