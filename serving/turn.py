@@ -17,18 +17,52 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import regex
 
 from serving import envelope
+from serving.constraint import CompiledSchema
+from serving.constraint_backend import ToolMode
 from serving.exceptions import ToolCallValidationError
 from serving.toolcalls import CallEvent, JsonScan, ParsedCall, new_call_id
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
+
+
+@dataclass
+class ToolPlan:
+    """What one tool request resolved to."""
+
+    mode: ToolMode
+    tools: dict[str, CompiledSchema]
+    constrained: bool
+    prompt: str
+    prompt_tokens: int
+    max_tokens: int
+    sampling: dict[str, Any] = field(default_factory=dict)
+    parallel: bool = True
+    constraint: dict[str, Any] | None = None  # one request per turn (a grammar backend)
+    regexes: Any = None  # the outlines path's (`serving.backend_outlines.Regexes`)
+
+    @property
+    def exact(self) -> bool:
+        return all(c.exact for c in self.tools.values())
+
+
+@dataclass
+class Tally:
+    """Running totals over every engine request that makes up one reply."""
+
+    tokens: int = 0
+    finish: str = "stop"
+    calls: int = 0
+    invalid: int = 0
+    retries: int = 0
+    cached: int | None = None  # cached prompt tokens of the first engine request
 
 
 @dataclass
@@ -146,11 +180,11 @@ Problems = Callable[[ParsedCall], Awaitable[list[str]]]
 
 
 async def turn_events(
-    turn: TurnRequest, *, stream: Stream, problems: Problems, tally: Any, live: bool
+    turn: TurnRequest, *, stream: Stream, problems: Problems, tally: Tally, live: bool
 ) -> AsyncIterator[Event]:
     """The turn as events, from one engine request (more only to replace an invalid turn).
 
-    `tally` keeps the token count and finish reason (`serving.chat._Tally`)."""
+    `tally` keeps the token count and finish reason."""
     live = live and turn.exact
     body = turn.body
     spent = 0
@@ -189,10 +223,10 @@ async def turn_events(
             finish = "tool_calls" if calls and not cut else tally.finish
             tally.invalid = sum(1 for _, ps in found if ps) if live else 0
             tally.calls = len(calls)
-            yield Done(finish, spent, getattr(tally, "cached", None))
+            yield Done(finish, spent, tally.cached)
             return
         logger.warning("tool call failed validation (attempt %d): %s", attempt + 1, bad)
-        tally.retries = getattr(tally, "retries", 0) + 1
+        tally.retries += 1
         body = {**turn.body, "temperature": max(turn.temperature, 0.7), "seed": attempt + 1}
     raise ToolCallValidationError(
         "the model did not produce tool-call arguments valid for the schema"
