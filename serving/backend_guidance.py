@@ -106,7 +106,7 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
         more = f" (NL {opened} first tail)?" if spec.parallel else ""
         lines.append(f"tail: TAIL | TAIL {closed}{more} END")
         lines.append(r"TEXT: /(.|\n)*/")
-        lines.append(r"TAIL: /[ \t\n]{0,16}\}?[ \t\n]{0,16}(```)?[ \t\n]{0,16}/")
+        lines.append(f"TAIL: {_regex(envelope.CALL_TAIL)}")
         lines.append(r"NL: /\n?/")
         lines.append(r"END: /[ \t\n]{0,16}/")
         lines.append(f"ARGS: {_regex(envelope.ARGUMENTS_LEAD)}")

@@ -4,7 +4,7 @@
   (``"name": "get_``, `envelope.triggers`), then the rest of an offered name,
   ``, "arguments": `` and that tool's
   argument schema are enforced, then free text again (the fence or ``</tool_call>`` the model
-  closes with, or another call). ``stop_after_first`` when parallel calls are off.
+  closes with). ``stop_after_first``: one call per ``auto`` turn on this backend.
 * ``required`` / named - the prompt ends with ``<tool_call>\\n``; ``tags_with_separator``: one
   or more ``{"name": "<tool>", "arguments": <schema>}`` joined by ``</tool_call>``/
   ``<tool_call>``, nothing else.
@@ -72,6 +72,7 @@ def structural_tag(spec: TurnSpec) -> dict[str, Any]:
                         "elements": [
                             {"type": "regex", "pattern": envelope.ARGUMENTS_LEAD},
                             _arguments(spec.tools[name]),
+                            {"type": "regex", "pattern": envelope.CALL_TAIL},
                         ],
                     }
                     begin = trigger + envelope.name_rest(name, stem)
@@ -80,7 +81,10 @@ def structural_tag(spec: TurnSpec) -> dict[str, Any]:
             "type": "triggered_tags",
             "triggers": trigs,
             "tags": tags,
-            "stop_after_first": not spec.parallel,
+            # one call per auto turn: the 0.5B loops on calls, and each loop would be enforced
+            # as another call (the guidance grammar allows more only in new <tool_call> tags,
+            # which triggered_tags cannot express)
+            "stop_after_first": True,
         }
     else:
         tags = [

@@ -31,6 +31,8 @@ CALL_SEPARATOR = TOOL_CALL_CLOSE + "\n" + TOOL_CALL_OPEN
 CALL_TAGS = ("<tool_call>", "</tool_call>")  # single tokens in Qwen's vocabulary
 # After a trigger: `, "arguments": ` with whatever whitespace the model likes (bounded).
 ARGUMENTS_LEAD = r'[ \t\n]{0,16},[ \t\n]{0,16}"arguments"[ \t\n]{0,16}:[ \t\n]{0,16}'
+# After a call's arguments in free text: the envelope's brace, a closing fence (bounded).
+CALL_TAIL = r"[ \t\n]{0,16}\}?[ \t\n]{0,16}(```)?[ \t\n]{0,16}"
 _NAME_SPACINGS = (": ", ":")
 # Any head, any name: for text that no constraint shaped (the benchmark's baseline).
 ANY_HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')

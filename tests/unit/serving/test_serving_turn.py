@@ -100,8 +100,10 @@ def test_xgrammar_auto_enforces_a_call_only_where_a_tool_is_named(xgr_check: Any
     assert not xgr_check(tag, FENCED.replace('"days": 5', '"days": 9'))  # maximum 7
     assert xgr_check(tag, CODE_BLOCK)  # not a tool: free text
     assert xgr_check(tag, "Just text, no call.")
-    tagged = TOOL_CALL_OPEN + call("add", {"a": 1, "b": 2}) + CALL_SEPARATOR
-    assert xgr_check(tag, tagged + call("get_weather", {"city": "Oslo"}))
+    tagged = TOOL_CALL_OPEN + call("add", {"a": 1, "b": 2})
+    assert xgr_check(tag, tagged + "\n")
+    assert not xgr_check(tag, tagged + "\nMore text")  # after a call: its tail, the end
+    assert not xgr_check(tag, tagged + CALL_SEPARATOR + call("get_weather", {"city": "Oslo"}))
     assert not xgr_check(tag, TOOL_CALL_OPEN + '{"name":"add", "arguments": {"a": "x"')
 
 
