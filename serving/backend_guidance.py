@@ -38,14 +38,18 @@ def _lit(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+_OPEN_OBJECT_KEYS = frozenset(
+    {"additionalProperties", "patternProperties", "unevaluatedProperties", "propertyNames",
+     "minProperties", "maxProperties", "allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"}
+)  # fmt: skip
 NUMBER_STEP = 0.000001  # numbers get at most 6 decimals: a model cannot write 0.000... forever
 
 
 def _finite_numbers(node: Any) -> Any:
     """A copy of `node` whose numbers have a finite number of decimals (``multipleOf``,
     which llguidance enforces): under ``exclusiveMinimum: 0`` a small model wanting 0 wrote
-    ``0.000…`` until ``max_tokens``. A sound subset: the output is validated against the
-    client's schema anyway."""
+    ``0.000…`` until ``max_tokens``; objects with listed properties take only those. A sound
+    subset: the output is validated against the client's schema anyway."""
     if isinstance(node, list):
         return [_finite_numbers(v) for v in node]
     if not isinstance(node, dict):
@@ -58,6 +62,13 @@ def _finite_numbers(node: Any) -> Any:
     is_number = kind == "number" or (isinstance(kind, list) and "number" in kind)
     if is_number and "multipleOf" not in node:
         out["multipleOf"] = NUMBER_STEP
+    props, required = node.get("properties"), node.get("required", [])
+    closable = isinstance(props, dict) and isinstance(required, list)
+    if closable and set(required) <= set(props) and not node.keys() & _OPEN_OBJECT_KEYS:
+        # the listed properties only, as the outlines path writes objects: left open, the
+        # 0.5B wandered into invented keys (`"additionalProperties": false` as a value)
+        # until max_tokens
+        out["additionalProperties"] = False
     return out
 
 

@@ -55,6 +55,7 @@ INEXACT_KEYWORDS = frozenset(
      "unevaluatedProperties", "unevaluatedItems", "oneOf", "allOf", "format", "pattern",
      "$ref", "$dynamicRef", "exclusiveMinimum", "exclusiveMaximum"}
 )  # fmt: skip
+_NAMED_SUBSCHEMAS = ("properties", "patternProperties", "$defs", "definitions")
 _LOOKAROUND = re.compile(r"\(\?<?[=!]")
 _BACKREF = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[1-9]|k<)")
 
@@ -96,6 +97,39 @@ def walk(node: Any) -> Iterator[dict[str, Any]]:
 def exact_for_grammar(schema: Any) -> bool:
     """Whether a grammar backend enforces `schema` exactly (conservatively)."""
     return not any(INEXACT_KEYWORDS & node.keys() for node in walk(schema))
+
+
+def _valid_regex(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
+
+
+def without_patterns(spec: TurnSpec) -> TurnSpec | None:
+    """`spec` with every valid ``pattern`` left out of the constraint (``pattern`` is inexact:
+    a call is validated against the client's schema before it leaves), or None if none."""
+
+    def drop(node: Any) -> Any:
+        if isinstance(node, list):
+            return [drop(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            if k == "pattern" and isinstance(v, str) and _valid_regex(v):
+                continue  # an invalid one stays: its refusal is the answer
+            if k in ("enum", "const", "default", "examples"):
+                out[k] = v
+            elif k in _NAMED_SUBSCHEMAS and isinstance(v, dict):  # names, not keywords
+                out[k] = {n: drop(x) for n, x in v.items()}
+            else:
+                out[k] = drop(v)
+        return out
+
+    tools = {name: drop(schema) for name, schema in spec.tools.items()}
+    return TurnSpec(spec.mode, tools, spec.parallel) if tools != spec.tools else None
 
 
 def refuse_unenforceable(schema: Any, *, what: str) -> None:
@@ -268,12 +302,13 @@ class GrammarBackend:
         key = spec.key()
         hit = self._verdicts.get(key)
         if hit is None:
-            body, payload = self.build(spec)
-            try:
-                await self.checker.check(payload, what=what)
-                hit = body
-            except InvalidRequest as exc:
-                hit = exc
+            hit = await self._compiled(spec, what=what)
+            relaxed = without_patterns(spec)
+            if isinstance(hit, InvalidRequest) and hit.code == "invalid_schema" and relaxed:
+                # a pattern the engine's library cannot compile (anchors inside alternations,
+                # a pattern with length bounds): enforce the rest, validate the pattern after
+                retry = await self._compiled(relaxed, what=what)
+                hit = retry if not isinstance(retry, InvalidRequest) else hit
             self._verdicts[key] = hit
             while len(self._verdicts) > self._size:
                 self._verdicts.popitem(last=False)
@@ -281,6 +316,14 @@ class GrammarBackend:
         if isinstance(hit, InvalidRequest):
             raise InvalidRequest(hit.message, param=hit.param, code=hit.code)
         return hit
+
+    async def _compiled(self, spec: TurnSpec, *, what: str) -> dict[str, Any] | InvalidRequest:
+        body, payload = self.build(spec)
+        try:
+            await self.checker.check(payload, what=what)
+        except InvalidRequest as exc:
+            return exc
+        return body
 
     def warm(self) -> None:
         self.checker.warm()

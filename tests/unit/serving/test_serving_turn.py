@@ -297,3 +297,37 @@ def test_stems_group_tool_families_and_never_shadow_each_other() -> None:
         "search-": ["search-files"],
         "mcp.": ["mcp.time"],
     }
+
+
+def test_guidance_objects_take_only_their_listed_properties() -> None:
+    from serving.backend_guidance import _finite_numbers
+
+    closed = _finite_numbers({"type": "object", "properties": {"a": {"type": "string"}}})
+    assert closed["additionalProperties"] is False
+    for open_ in (
+        {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}},
+        {"type": "object", "properties": {"a": {}}, "required": ["b"]},  # b: any value
+        {"type": "object"},
+    ):
+        assert _finite_numbers(open_).get("additionalProperties") == open_.get(
+            "additionalProperties"
+        )
+
+
+async def test_a_pattern_the_library_cannot_compile_is_validated_instead() -> None:
+    """llguidance refuses ``^`` inside an alternation; the rest of the schema is enforced and
+    the pattern is left to validation, not a 400 for a schema OpenAI accepts."""
+    from serving.constraint_backend import without_patterns
+
+    schema = {"type": "object", "properties": {"arn": {"type": "string",  # from the corpus
+              "minLength": 1, "maxLength": 115,
+              "pattern": ".*(^waba-.*$)|(^arn:.*:waba/[0-9a-zA-Z]+$).*"},
+              "pattern": {"type": "string"}}}  # fmt: skip
+    spec = TurnSpec("required", {"tag": schema}, parallel=False)
+    relaxed = without_patterns(spec)
+    assert relaxed is not None and "pattern" not in relaxed.tools["tag"]["properties"]["arn"]
+    assert "pattern" in relaxed.tools["tag"]["properties"]  # a property named pattern stays
+    assert without_patterns(relaxed) is None
+    backend = make_backend("guidance", None, mode="thread")
+    body = await backend.admit(spec, what="tools")
+    assert "waba" not in body["grammar"] and '"arn"' in body["grammar"]
