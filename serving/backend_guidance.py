@@ -63,8 +63,9 @@ def _finite_numbers(node: Any) -> Any:
     if is_number and "multipleOf" not in node:
         out["multipleOf"] = NUMBER_STEP
     props, required = node.get("properties"), node.get("required", [])
-    closable = isinstance(props, dict) and isinstance(required, list)
-    if closable and set(required) <= set(props) and not node.keys() & _OPEN_OBJECT_KEYS:
+    listed = set(props) if isinstance(props, dict) else None
+    closable = listed is not None and isinstance(required, list) and set(required) <= listed
+    if closable and not node.keys() & _OPEN_OBJECT_KEYS:
         # the listed properties only, as the outlines path writes objects: left open, the
         # 0.5B wandered into invented keys (`"additionalProperties": false` as a value)
         # until max_tokens
