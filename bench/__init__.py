@@ -3,7 +3,7 @@
 - ``load/``     the agent load test and capacity plan: HTTP to any OpenAI-compatible URL,
                 never imports ``serving`` or ``agent`` (``loopstack bench agents|requests|plan``)
 - ``serving/``  tool-call validity, constraint cost and compile time, proxy overhead, soak,
-                event-loop safety (``loopstack bench serving ...``)
+                event-loop safety, requests per turn (``loopstack bench serving ...``)
 - ``memory/``   recall latency, scope isolation, LoCoMo recall, Postgres
                 (``loopstack bench memory ...``)
 - ``corpus/``   the real-world tool-schema corpus and its builder (``loopstack bench corpus build``)

@@ -14,7 +14,7 @@ Every other benchmark is ``loopstack bench SUBJECT NAME [OPTIONS]`` (`SCRIPTS` b
 them; ``loopstack bench SUBJECT NAME --help`` shows a benchmark's options):
 
     loopstack bench serving validity|constraint-cost|constraint-compile|proxy-overhead
-    loopstack bench serving soak|loop-safety
+    loopstack bench serving soak|loop-safety|turn-requests
     loopstack bench memory latency|isolation|locomo|postgres
     loopstack bench corpus build
     loopstack bench agent overhead
@@ -367,6 +367,8 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
                  "Many streams, vanishing clients, overload; everything given back after."),
         "loop-safety": ("bench.serving.loop_safety",
                         "Event-loop lag while hostile input is handled (no server)."),
+        "turn-requests": ("bench.serving.turn_requests",
+                          "Engine requests per tool-call turn; a new tool set's first turn."),
     }),
     "memory": ("Long-term memory: latency, isolation, LoCoMo recall, Postgres.", {
         "latency": ("bench.memory.latency", "Recall latency and write throughput."),

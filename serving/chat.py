@@ -1,38 +1,46 @@
 """Chat completions: the part of the endpoint that vLLM does not do for us.
 
 Requests without tools (or with ``tool_choice="none"``) go to vLLM's own chat endpoint
-unchanged, except that a ``response_format`` JSON schema is swapped for our Outlines regex
-(which enforces numeric bounds). Requests that may call tools take our path:
+unchanged, except that every client constraint (``response_format``, ``structured_outputs``)
+is admitted like a tool schema first. Requests that may call tools take our path, in
+``auto``, ``required`` and named modes, streamed or whole:
 
-* ``required`` / named - the prompt ends with ``<tool_call>\\n`` and vLLM's outlines backend
-  enforces, in two stages, the call's head (the tool's name, chosen among those offered,
-  unless only one is) and then that tool's arguments (`constraint.arguments_regex`).
-* ``auto`` - a *lazy constraint*: the model writes freely; `IntentDetector` watches for the
-  start of a call (``<tool_call>``, a ```json fence, a bare ``{"name": ...}``). Then the free
-  stream is dropped (vLLM aborts it) and the call is generated again under the constraint
-  from the text before it, which the prefix cache makes cheap. Text replies stream through.
+* with a grammar backend (``guidance``, the default, or ``xgrammar``;
+  `serving.constraint_backend`), the whole turn - text, then one or more calls, each under
+  its tool's schema - is **one engine request** under one constraint, read back by
+  `serving.turn`;
+* with ``outlines``, the older path: a call in two requests (head, then arguments), ``auto``
+  by watching free text (`serving.backend_outlines`);
+* unconstrained (``extra_body={"loopstack": {"constrained": false}}``, the benchmarks'
+  baseline): no grammar, calls read leniently from the text.
 
 Every argument string is parsed and validated with jsonschema before it leaves the server.
-For schemas the regex enforces exactly that check cannot fail; for the others (``multipleOf``,
-``uniqueItems``, ...) a failure is regenerated, and after `MAX_ATTEMPTS` refused (502).
+For schemas the backend enforces exactly that check cannot fail; for the others
+(``multipleOf``, ``uniqueItems``, ...) a failing turn is regenerated, and after
+`MAX_ATTEMPTS` refused (502).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from serving.backend_outlines import OutlinesBackend
 from serving.client_constraints import admit_constraints, client_constraint
-from serving.constraint import CompiledSchema, arguments_regex, call_head, name_regex
+from serving.constraint import CompiledSchema
+from serving.constraint_backend import (
+    ConstraintBackend,
+    ToolMode,
+    TurnSpec,
+    refuse_unenforceable,
+)
 from serving.engine import Engine, UpstreamError, sse_json
+from serving.envelope import TOOL_CALL_OPEN
 from serving.exceptions import InvalidRequest, ToolCallValidationError
 from serving.metrics import Metrics
-from serving.prompt import TOOL_CALL_OPEN, PromptBuilder
+from serving.prompt import PromptBuilder
 from serving.protocol import (
     ChatCompletionRequest,
     NamedToolChoice,
@@ -42,73 +50,26 @@ from serving.protocol import (
     tool_call_dict,
 )
 from serving.schema_cache import SchemaCache
-from serving.toolcalls import (
-    CallEvent,
-    CallStreamParser,
-    IntentDetector,
-    ParsedCall,
-    new_call_id,
-    parse_lenient,
+from serving.toolcalls import CallEvent, ParsedCall, new_call_id, parse_lenient
+from serving.turn import (
+    MAX_ATTEMPTS,
+    ContentDelta,
+    Done,
+    Event,
+    Tally,
+    ToolPlan,
+    TurnRequest,
+    turn_events,
 )
 
 logger = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3
-MAX_CALLS_PER_TURN = 16
-NEXT_CALL = "\n<tool_call>\n"
-_HEAD_NAME = re.compile(r'\{"name": "([^"]*)", "arguments": $')
 _SAMPLING_KEYS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
 _CHAT_ONLY = {
     "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format",
     "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "stop",
     "loopstack", "logprobs", "top_logprobs", "user", "store", "metadata",
 }  # fmt: skip
-
-
-ToolMode = Literal["required", "named", "auto"]
-
-
-@dataclass
-class ToolPlan:
-    """What one tool request resolved to."""
-
-    mode: ToolMode
-    tools: dict[str, CompiledSchema]
-    name_regex: str
-    args_regex: dict[str, str]
-    constrained: bool
-    prompt: str
-    prompt_tokens: int
-    max_tokens: int
-    sampling: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def exact(self) -> bool:
-        return all(c.exact for c in self.tools.values())
-
-
-@dataclass
-class ContentDelta:
-    text: str
-
-
-@dataclass
-class Done:
-    finish_reason: str
-    completion_tokens: int
-    cached_tokens: int | None = None  # the engine's prompt_tokens_details.cached_tokens
-
-
-Event = ContentDelta | CallEvent | Done
-
-
-@dataclass
-class _Tally:
-    """Running totals over every engine request that makes up one reply."""
-
-    tokens: int = 0
-    finish: str = "stop"
-    cached: int | None = None  # cached prompt tokens of the first engine request
 
 
 class ChatService:
@@ -120,12 +81,14 @@ class ChatService:
         schemas: SchemaCache,
         metrics: Metrics,
         max_tool_tokens: int = 1024,
+        backend: ConstraintBackend | None = None,
     ):
         self.engine = engine
         self.prompts = prompts
         self.schemas = schemas
         self.metrics = metrics
         self.max_tool_tokens = max_tool_tokens
+        self.backend: ConstraintBackend = backend or OutlinesBackend()
 
     # -- entry point ----------------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> dict[str, Any] | AsyncIterator[bytes]:
@@ -143,6 +106,9 @@ class ChatService:
         if found is not None:  # the tool path constrains itself, the free phase of auto too
             raise InvalidRequest(f"{found[0]} cannot be combined with tools", param=found[0])
         plan = self._plan(req, choice, compiled)
+        if self.backend.single_request and plan.constrained:
+            spec = TurnSpec(plan.mode, {n: c.schema for n, c in plan.tools.items()}, plan.parallel)
+            plan.constraint = await self.backend.admit(spec, what="tools")
         self.metrics.tool_requests.labels(mode=plan.mode).inc()
         if req.stream:
             return self._stream_tools(req, plan)
@@ -154,9 +120,17 @@ class ChatService:
             fn = tool.function
             if fn.name in compiled:
                 raise InvalidRequest(f"duplicate tool name {fn.name!r}", param=f"tools[{i}]")
-            compiled[fn.name] = await self.schemas.get(
-                fn.parameters, what=f"tools[{i}].function.parameters"
-            )
+            what = f"tools[{i}].function.parameters"
+            if not req.loopstack.constrained:  # the baseline: validated, never enforced
+                compiled[fn.name] = await self.schemas.checked(fn.parameters, what=what)
+                continue
+            refuse_unenforceable(fn.parameters, what=what)
+            if self.backend.single_request:
+                compiled[fn.name] = await self.schemas.checked(
+                    fn.parameters, what=what, exact=self.backend.exact
+                )
+            else:
+                compiled[fn.name] = await self.schemas.get(fn.parameters, what=what)
         return compiled
 
     def _plan(
@@ -183,13 +157,14 @@ class ChatService:
         prompt_tokens = self.prompts.check_fits(prompt, max_tokens)
         sampling = {k: getattr(req, k) for k in _SAMPLING_KEYS if getattr(req, k) is not None}
         extra = {k: v for k, v in (req.model_extra or {}).items() if k not in _CHAT_ONLY}
+        regexes = None
+        if isinstance(self.backend, OutlinesBackend) and req.loopstack.constrained:
+            regexes = self.backend.regexes(offered, parallel=req.parallel_tool_calls)
         return ToolPlan(
             mode=mode,
             tools=offered,
-            name_regex=name_regex(list(offered)),
-            args_regex={
-                n: arguments_regex(c, parallel=req.parallel_tool_calls) for n, c in offered.items()
-            },
+            regexes=regexes,
+            parallel=req.parallel_tool_calls,
             constrained=req.loopstack.constrained,
             prompt=prompt,
             prompt_tokens=prompt_tokens,
@@ -235,11 +210,15 @@ class ChatService:
         schemas exactly); otherwise whole calls are validated - and regenerated if needed -
         before they are emitted.
         """
-        tally = _Tally()
+        tally = Tally()
+        if plan.constraint is not None:
+            async for ev in self._turn_events(plan, tally, live=live):
+                yield ev
+            return
         if not plan.constrained:  # benchmark baseline: no grammar, calls read leniently
             prefix = "" if plan.mode == "auto" else TOOL_CALL_OPEN
-            body = self._body(plan, plan.prompt + prefix, regex=None, tally=tally)
-            text = prefix + "".join([d async for d in self._stream_text(body, tally)])
+            body = self.engine_body(plan, plan.prompt + prefix, regex=None, tally=tally)
+            text = prefix + "".join([d async for d in self.stream_text(body, tally)])
             found = parse_lenient(text)
             if not found:
                 yield ContentDelta(text)
@@ -248,133 +227,15 @@ class ChatService:
                 yield CallEvent(i, new_call_id(), name=name, arguments_delta=raw)
             yield Done("tool_calls" if found else tally.finish, tally.tokens, tally.cached)
             return
-        prompt = plan.prompt
-        if plan.mode == "auto":
-            detector, sent, intent = IntentDetector(), 0, None
-            body = self._body(plan, plan.prompt, regex=None, tally=tally)
-            async with contextlib.aclosing(self._stream_text(body, tally)) as deltas:
-                async for delta in deltas:
-                    safe, intent = detector.feed(delta)
-                    if safe > sent:
-                        yield ContentDelta(detector.text[sent:safe])
-                        sent = safe
-                    if intent is not None:
-                        break  # leaving the block closes the stream: vLLM aborts it
-            if intent is None:
-                if len(detector.text) > sent:
-                    yield ContentDelta(detector.text[sent:])
-                yield Done(tally.finish, tally.tokens, tally.cached)
-                return
-            self.metrics.auto_switches.inc()
-            prompt = plan.prompt + (intent.text_before + "\n" if intent.text_before else "")
-            tally.finish = "stop"
-        if live and plan.exact:
-            parser = CallStreamParser()
-            async for delta in self._call_rounds(plan, prompt, tally):
-                for ev in parser.feed(delta):
-                    yield ev
-            calls = [c for c in parser.calls if c.complete]
-            invalid = await self._check_sent(plan, calls)
-        else:
-            calls = await self._validated_calls(plan, prompt, tally)  # validated there
-            invalid = 0
-            for c in calls:
-                yield CallEvent(c.index, c.id, name=c.name, arguments_delta=c.arguments)
-        self.metrics.tool_calls.labels(mode=plan.mode, valid="true").inc(len(calls) - invalid)
-        yield Done(
-            "tool_calls" if calls and tally.finish != "length" else tally.finish,
-            tally.tokens,
-            tally.cached,
-        )
-
-    async def _call_rounds(
-        self, plan: ToolPlan, prompt: str, tally: _Tally, override: dict[str, Any] | None = None
-    ) -> AsyncIterator[str]:
-        """Constrained text of one or more calls, each in two stages: the head (which tool;
-        skipped when only one is offered), then that tool's arguments. The arguments regex
-        may end by opening another call; we then continue from there (prefix-cached)."""
-        prompt += TOOL_CALL_OPEN
-        only = next(iter(plan.tools)) if len(plan.tools) == 1 else None
-        for _ in range(MAX_CALLS_PER_TURN):
-            if only is not None:
-                head = call_head(only)
-                yield head
-            else:
-                head = ""
-                async for delta in self._generate(plan, prompt, plan.name_regex, tally, override):
-                    head += delta
-                    yield delta
-                if tally.finish != "stop":
-                    return
-            name = _HEAD_NAME.match(head)
-            if name is None or name.group(1) not in plan.args_regex:  # pragma: no cover
-                raise ToolCallValidationError(f"the engine broke the call head: {head!r}")
-            prompt += head
-            text = ""
-            args_regex = plan.args_regex[name.group(1)]
-            async for delta in self._generate(plan, prompt, args_regex, tally, override):
-                text += delta
-                yield delta
-            if tally.finish != "stop" or not text.endswith(NEXT_CALL):
-                return
-            prompt += text
-
-    async def _generate(
-        self,
-        plan: ToolPlan,
-        prompt: str,
-        regex: str,
-        tally: _Tally,
-        override: dict[str, Any] | None,
-    ) -> AsyncIterator[str]:
-        body = self._body(plan, prompt, regex=regex, tally=tally)
-        if body["max_tokens"] <= 0:
-            tally.finish = "length"
-            return
-        try:
-            async for delta in self._stream_text({**body, **(override or {})}, tally):
-                yield delta
-        except UpstreamError as exc:
-            if exc.status_code < 500:
-                raise
-            raise ToolCallValidationError(
-                "the engine failed while generating under the tool schema's constraint - most "
-                "often because compiling the schema's automaton took longer than "
-                "LOOPSTACK_REGEX_COMPILE_TIMEOUT_S; a simpler schema (fewer optional nested "
-                f"fields) avoids it. Engine said: {exc.message}"
-            ) from exc
-
-    async def _validated_calls(
-        self, plan: ToolPlan, prompt: str, tally: _Tally
-    ) -> list[ParsedCall]:
-        override: dict[str, Any] | None = None
-        budget_start, spent = tally.tokens, 0
-        for attempt in range(MAX_ATTEMPTS):
-            tally.tokens, tally.finish = budget_start, "stop"  # each attempt gets the budget
-            parser = CallStreamParser()
-            async for delta in self._call_rounds(plan, prompt, tally, override):
-                parser.feed(delta)
-            spent += tally.tokens - budget_start
-            calls = [c for c in parser.calls if c.complete]
-            problems = [p for c in calls for p in await self._problems(plan, c)]
-            if not calls and tally.finish == "stop":
-                problems.append(f"no complete call in {parser.text!r:.200}")
-            if not problems:
-                tally.tokens = budget_start + spent  # usage reports every attempt
-                return calls
-            self.metrics.tool_retries.inc()
-            logger.warning("tool call failed validation (attempt %d): %s", attempt + 1, problems)
-            temp = max(float(plan.sampling.get("temperature") or 0.0), 0.7)
-            override = {"temperature": temp, "seed": attempt + 1}
-        raise ToolCallValidationError(
-            "the model did not produce tool-call arguments valid for the schema"
-        )
+        assert isinstance(self.backend, OutlinesBackend)
+        async for ev in self.backend.events(self, plan, tally, live=live):
+            yield ev
 
     async def admit_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """A /v1/completions body with its client constraint admitted (or InvalidRequest)."""
         return (await admit_constraints(body, self.schemas)).body
 
-    async def _problems(self, plan: ToolPlan, call: ParsedCall) -> list[str]:
+    async def problems(self, plan: ToolPlan, call: ParsedCall) -> list[str]:
         schema = plan.tools.get(call.name)
         if schema is None:
             return [f"unknown tool {call.name!r}"]
@@ -384,18 +245,56 @@ class ChatService:
             return [f"arguments are not JSON: {exc}"]
         return await schema.errors_off_loop(args)
 
-    async def _check_sent(self, plan: ToolPlan, calls: list[ParsedCall]) -> int:
+    async def check_sent(self, plan: ToolPlan, calls: list[ParsedCall]) -> int:
         """Streamed calls were sent as generated (the regex enforces their schema exactly);
         check them anyway, so a gap in that guarantee shows in logs and metrics."""
         invalid = 0
         for c in calls:
-            if await self._problems(plan, c):
+            if await self.problems(plan, c):
                 invalid += 1
                 logger.error("invalid tool call left the server: %s %s", c.name, c.arguments)
         self.metrics.tool_calls.labels(mode=plan.mode, valid="false").inc(invalid)
         return invalid
 
-    def _body(self, plan: ToolPlan, prompt: str, *, regex: str | None, tally: _Tally) -> dict:
+    async def _turn_events(
+        self, plan: ToolPlan, tally: Tally, *, live: bool
+    ) -> AsyncIterator[Event]:
+        """One engine request for the whole turn (`serving.turn`)."""
+        prompt = plan.prompt + ("" if plan.mode == "auto" else TOOL_CALL_OPEN)
+        body = self.engine_body(plan, prompt, regex=None, tally=tally)
+        body["structured_outputs"] = plan.constraint
+        turn = TurnRequest(
+            names=list(plan.tools),
+            auto=plan.mode == "auto",
+            parallel=plan.parallel,
+            exact=plan.exact,
+            body=body,
+            temperature=float(plan.sampling.get("temperature") or 0.0),
+        )
+
+        async def problems(call: ParsedCall) -> list[str]:
+            return await self.problems(plan, call)
+
+        try:
+            async for ev in turn_events(
+                turn, stream=self.stream_text, problems=problems, tally=tally, live=live
+            ):
+                yield ev
+        except UpstreamError as exc:
+            if exc.status_code < 500:
+                raise
+            raise ToolCallValidationError(
+                f"the engine failed while generating under the tools' constraint: {exc.message}"
+            ) from exc
+        finally:
+            self.metrics.tool_retries.inc(tally.retries)
+        valid = tally.calls - tally.invalid
+        self.metrics.tool_calls.labels(mode=plan.mode, valid="true").inc(valid)
+        self.metrics.tool_calls.labels(mode=plan.mode, valid="false").inc(tally.invalid)
+
+    def engine_body(
+        self, plan: ToolPlan, prompt: str, *, regex: str | None, tally: Tally
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             **plan.sampling,
             "model": self.engine.model_name,
@@ -409,7 +308,7 @@ class ChatService:
             body["structured_outputs"] = {"regex": regex}
         return body
 
-    async def _stream_text(self, body: dict[str, Any], tally: _Tally) -> AsyncGenerator[str]:
+    async def stream_text(self, body: dict[str, Any], tally: Tally) -> AsyncGenerator[str]:
         """Text deltas of one streamed completion; keeps the token count and finish reason.
         Leaving the loop early closes the stream, which makes vLLM abort the request."""
         chunks, counted = 0, False

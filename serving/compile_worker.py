@@ -39,6 +39,9 @@ _Result = tuple[Any, ...]
 
 
 def _limit_memory() -> None:
+    from serving.launcher import exit_with_parent
+
+    exit_with_parent()  # a kill -9 of the server must not leave this worker behind
     try:
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
     except (ValueError, OSError):  # e.g. macOS: the deadline remains
@@ -110,11 +113,11 @@ class SchemaCompiler:
                 log.warning("compiling %s overran %.0f s: refused", what, self.timeout_s)
                 if self.mode == "process":
                     self._replace_pool()
-                raise _too_complex(what, f"compiling it took over {self.timeout_s:.0f} s") from exc
+                raise too_complex(what, f"compiling it took over {self.timeout_s:.0f} s") from exc
             except BrokenProcessPool as exc:
                 log.warning("the compile worker died on %s (memory?): refused", what)
                 self._replace_pool()
-                raise _too_complex(what, "compiling it exhausted the worker's memory") from exc
+                raise too_complex(what, "compiling it exhausted the worker's memory") from exc
         if result[0] == "error":
             raise InvalidRequest(result[1], param=result[2], code=result[3])
         validator = SafeValidator(schema, deadline_s=self.validation_deadline_s)
@@ -124,7 +127,7 @@ class SchemaCompiler:
         self._replace_pool()
 
 
-def _too_complex(what: str, why: str) -> InvalidRequest:
+def too_complex(what: str, why: str) -> InvalidRequest:
     return InvalidRequest(
         f"{what} is too complex to enforce: {why}. Flatten nested objects or split the tool.",
         param=what,

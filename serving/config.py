@@ -95,6 +95,13 @@ class ServerSettings(BaseSettings):
     max_tool_tokens: int = Field(default=1024, description="max_tokens default for tool calls.")
     log_level: str = "INFO"
 
+    constraint_backend: Literal["xgrammar", "guidance", "outlines"] = Field(
+        default="guidance",
+        description="How tool calls are constrained, and vLLM's structured-output backend. "
+        "xgrammar/guidance: one engine request per turn under one grammar; outlines: regexes, "
+        "a call in two requests (docs/architecture.md).",
+    )
+
     # -- constraint safety (serving/compile_worker.py, schema_limits.py, validation.py) ------
     schema_compile_timeout_s: float = Field(
         default=10.0, description="Deadline for compiling one schema to its regex; past it: 400."

@@ -26,6 +26,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, SchemaError
 from outlines_core.json_schema import build_regex_from_schema
 
+from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, call_head
 from serving.exceptions import InvalidRequest
 from serving.patterns import (
     int_range_regex,
@@ -115,18 +116,7 @@ def compile_schema(
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{what} must be a JSON object", param=what)
     check_schema_limits(schema, what=what, limits=limits)
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise InvalidRequest(
-            f"{what} is not a valid JSON Schema: {exc.message}", param=what
-        ) from exc
-    except (RecursionError, OverflowError, ValueError, TypeError) as exc:  # e.g. a{99999999999}
-        raise InvalidRequest(
-            f"{what} is not a valid JSON Schema: {type(exc).__name__}: {str(exc)[:200]}",
-            param=what,
-            code="invalid_schema",
-        ) from exc
+    check_json_schema(schema, what)
     work = copy.deepcopy(schema)
     defs = {k: work[k] for k in ("$defs", "definitions") if isinstance(work.get(k), dict)}
     ctx = _Rewrite(what, defs, max_counted)
@@ -148,6 +138,22 @@ def compile_schema(
     for i in reversed(range(len(ctx.ranges))):
         regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({ctx.ranges[i]})")
     return CompiledSchema(schema, regex, exact, SafeValidator(schema))
+
+
+def check_json_schema(schema: dict[str, Any], what: str) -> None:
+    """InvalidRequest unless `schema` is valid JSON Schema (draft 2020-12)."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidRequest(
+            f"{what} is not a valid JSON Schema: {exc.message}", param=what
+        ) from exc
+    except (RecursionError, OverflowError, ValueError, TypeError) as exc:  # e.g. a{99999999999}
+        raise InvalidRequest(
+            f"{what} is not a valid JSON Schema: {type(exc).__name__}: {str(exc)[:200]}",
+            param=what,
+            code="invalid_schema",
+        ) from exc
 
 
 _PLACEHOLDER_REF = re.compile('"' + _PLACEHOLDER.format(r"(\d+)") + '"')
@@ -480,15 +486,11 @@ def regex_literal(text: str) -> str:
     return "".join("\\" + c if c in special else c for c in text)
 
 
-def call_head(name: str) -> str:
-    """The text of a call up to its arguments: ``{"name": "<name>", "arguments": ``."""
-    return '{"name": "' + name + '", "arguments": '
-
-
 def name_regex(names: list[str]) -> str:
     """Stage 1 of a call: the head, with the name chosen among `names`."""
     choice = "|".join(regex_literal(n) for n in names)
-    return regex_literal('{"name": "') + f"({choice})" + regex_literal('", "arguments": ')
+    before, after = call_head("\0").split('"\\u0000"')  # the envelope, around the name
+    return regex_literal(before + '"') + f"({choice})" + regex_literal('"' + after)
 
 
 def arguments_regex(schema: CompiledSchema, *, parallel: bool) -> str:
@@ -500,7 +502,9 @@ def arguments_regex(schema: CompiledSchema, *, parallel: bool) -> str:
     cache reuse a tool's automaton whatever other tools come with it: a union of several
     real-world schemas took minutes to compile, or exhausted memory.
     """
-    tail = r"(\n</tool_call>(\n<tool_call>\n)?)?" if parallel else r"(\n</tool_call>)?"
+    close = regex_literal(TOOL_CALL_CLOSE).replace("\n", r"\n")
+    after = regex_literal(CALL_SEPARATOR[len(TOOL_CALL_CLOSE) :]).replace("\n", r"\n")
+    tail = f"({close}({after})?)?" if parallel else f"({close})?"
     return f"({schema.regex})" + r"\}" + tail
 
 

@@ -103,7 +103,7 @@ def vllm_launch(
         "--port",
         str(settings.engine_port_resolved()),
         "--structured-outputs-config.backend",
-        "outlines",
+        settings.constraint_backend,
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         "hermes",

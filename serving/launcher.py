@@ -50,6 +50,23 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
+def exit_with_parent() -> None:
+    """For a helper process of the server (a compile worker): go when the server goes, even
+    by kill -9. SIGKILL from the kernel on Linux; elsewhere a thread watching the parent."""
+    if _prctl(PR_SET_PDEATHSIG, signal.SIGKILL):
+        return
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    import threading
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _die_with_parent() -> None:
     """preexec_fn for the engine: SIGTERM when the launcher dies (it is single-threaded)."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

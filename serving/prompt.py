@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from serving.envelope import TOOL_CALL_OPEN
 from serving.exceptions import InvalidRequest
 
 logger = logging.getLogger(__name__)
-
-TOOL_CALL_OPEN = "<tool_call>\n"
+__all__ = ["TOOL_CALL_OPEN", "BackgroundTokenizer", "PromptBuilder"]
 
 # For chat templates that do not render `tools` themselves (e.g. SmolLM2's).
 _FALLBACK_TOOL_PROMPT = (

@@ -13,14 +13,21 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from serving.automaton import AutomatonProbe
 from serving.compile_worker import SchemaCompiler
-from serving.constraint import COUNTED_LIMITS, MAX_REGEX_CHARS, CompiledSchema
+from serving.constraint import (
+    COUNTED_LIMITS,
+    MAX_REGEX_CHARS,
+    CompiledSchema,
+    check_json_schema,
+)
 from serving.exceptions import InvalidRequest
 from serving.metrics import Metrics
 from serving.schema_limits import check_schema_limits
+from serving.validation import SafeValidator
 
 # Exactness is not worth any compile time: past this many states (~12 s of vLLM compilation
 # on one core of the project's machine) the cheaper, validated form is used.
@@ -68,6 +75,29 @@ class SchemaCache:
             raise
         if self._metrics is not None:
             self._metrics.schema_compile_seconds.observe(time.perf_counter() - started)
+        self._store(key, compiled)
+        return compiled
+
+    async def checked(
+        self, schema: Any, *, what: str = "schema", exact: Callable[[Any], bool] | None = None
+    ) -> CompiledSchema:
+        """A schema checked (limits, JSON Schema itself) for validation only, no regex: the
+        grammar backends compile whole turns (`serving.constraint_backend`). `exact` says
+        whether the backend enforces it exactly (None: it is not enforced at all)."""
+        if not isinstance(schema, dict):
+            raise InvalidRequest(f"{what} must be a JSON object", param=what)
+        check_schema_limits(schema, what=what, limits=self._compiler.limits)
+        key = "checked:" + json.dumps(schema, sort_keys=True, ensure_ascii=False, default=str)
+        hit = self._lookup(key, what)
+        if isinstance(hit, CompiledSchema):
+            return hit if exact is None or hit.exact == exact(schema) else _with_exact(hit, exact)
+        try:
+            await asyncio.to_thread(check_json_schema, schema, what)
+        except InvalidRequest as exc:
+            self._store(key, exc)
+            raise
+        validator = SafeValidator(schema, deadline_s=self._compiler.validation_deadline_s)
+        compiled = CompiledSchema(schema, "", bool(exact and exact(schema)), validator)
         self._store(key, compiled)
         return compiled
 
@@ -131,3 +161,7 @@ class SchemaCache:
             self._items[key] = value
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
+
+
+def _with_exact(hit: CompiledSchema, exact: Callable[[Any], bool]) -> CompiledSchema:
+    return CompiledSchema(hit.schema, hit.regex, exact(hit.schema), hit.validator)

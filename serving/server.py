@@ -31,9 +31,11 @@ from fastapi import FastAPI
 from serving.admission import Admission
 from serving.api import AppState, TraceIdFilter, build_app
 from serving.automaton import AutomatonProbe
+from serving.backend_guidance import GuidanceBackend, special_tag_ids
 from serving.chat import ChatService
 from serving.compile_worker import SchemaCompiler
 from serving.config import ServerSettings
+from serving.constraint_backend import make_backend
 from serving.embeddings import EmbeddingService
 from serving.engine import VLLMEngine, read_engine_key
 from serving.engine_process import ensure_port_free
@@ -116,6 +118,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
     )
     metrics = Metrics()
     prompts = PromptBuilder(tokenizer, max_model_len=launch.max_model_len)
+    backend = make_backend(
+        settings.constraint_backend,
+        model.path_or_id,
+        timeout_s=settings.schema_compile_timeout_s,
+        mode=settings.schema_compile_mode,
+    )
     state = AppState(
         engine=engine,
         chat=ChatService(
@@ -140,6 +148,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             ),
             metrics=metrics,
             max_tool_tokens=settings.max_tool_tokens,
+            backend=backend,
         ),
         embeddings=EmbeddingService(settings.embedding_model),
         metrics=metrics,
@@ -166,6 +175,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         starting = asyncio.create_task(engine.start())  # the tokenizer loads meanwhile
+        backend.warm()  # the constraint checker's worker loads the vocabulary meanwhile too
         try:
             await asyncio.to_thread(tokenizer.get)
         except BaseException:
@@ -174,6 +184,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 await starting
             raise
         await starting
+        if isinstance(backend, GuidanceBackend):
+            backend.tag_ids = special_tag_ids(tokenizer.get())
         logger.info("loopstack serving %s on http://%s:%d/v1", name, settings.host, settings.port)
         watchdog = asyncio.create_task(engine.supervise())
         try:
@@ -183,6 +195,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
             await engine.stop()
+            backend.close()
 
     return build_app(state, lifespan=lifespan)
 

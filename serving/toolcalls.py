@@ -21,8 +21,10 @@ from typing import Any
 
 import regex
 
+from serving.envelope import ANY_HEAD
+
 _ALPHABET = string.ascii_letters + string.digits
-_HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
+_HEAD = ANY_HEAD
 
 
 def new_call_id() -> str:
@@ -55,9 +57,7 @@ class CallStreamParser:
     calls: list[ParsedCall] = field(default_factory=list)
     _buf: str = ""
     _pos: int = 0  # where scanning resumes in _buf
-    _depth: int = 0
-    _in_string: bool = False
-    _escape: bool = False
+    _value: JsonScan = field(default_factory=lambda: JsonScan())
 
     @property
     def text(self) -> str:
@@ -76,7 +76,7 @@ class CallStreamParser:
                 call = ParsedCall(len(self.calls), new_call_id(), name)
                 self.calls.append(call)
                 events.append(CallEvent(call.index, call.id, name=name))
-                self._pos, self._depth, self._in_string, self._escape = m.end(), 0, False, False
+                self._pos, self._value = m.end(), JsonScan()
                 continue
             start = self._pos
             end = self._scan()
@@ -89,29 +89,42 @@ class CallStreamParser:
 
     def _scan(self) -> int:
         """Advance through the arguments value; marks the call complete at its end."""
-        i = self._pos
-        buf = self._buf
+        i, buf = self._pos, self._buf
         while i < len(buf):
-            c = buf[i]
             i += 1
-            if self._in_string:
-                if self._escape:
-                    self._escape = False
-                elif c == "\\":
-                    self._escape = True
-                elif c == '"':
-                    self._in_string = False
-            elif c == '"':
-                self._in_string = True
-            elif c in "{[":
-                self._depth += 1
-            elif c in "}]":
-                self._depth -= 1
-                if self._depth == 0:
-                    self.calls[-1].complete = True
-                    break
+            if self._value.feed(buf[i - 1]):
+                self.calls[-1].complete = True
+                break
         self._pos = i
         return i
+
+
+class JsonScan:
+    """Where a JSON container streaming in ends: tracks strings, escapes and nesting."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.in_string = False
+        self.escape = False
+
+    def feed(self, c: str) -> bool:
+        """One character; True when it closes the outermost container."""
+        if self.in_string:
+            if self.escape:
+                self.escape = False
+            elif c == "\\":
+                self.escape = True
+            elif c == '"':
+                self.in_string = False
+            return False
+        if c == '"':
+            self.in_string = True
+        elif c in "{[":
+            self.depth += 1
+        elif c in "}]":
+            self.depth -= 1
+            return self.depth == 0
+        return False
 
 
 # --------------------------------------------------------------------------- lenient parsing

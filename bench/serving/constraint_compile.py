@@ -9,6 +9,14 @@ With ``--states``, no vLLM: every corpus schema goes through the server's own ad
 refusals - what decides whether a schema is accepted.
 
     loopstack bench serving constraint-compile --states [--limit 0]
+
+With ``--backend xgrammar|guidance|outlines --tools 30``: what a new tool set costs before
+its first step - the first N corpus tools as one request's constraint, compiled with the
+model's vocabulary as the engine compiles it (the grammar backends: the whole ``auto`` turn
+and the ``required`` turn, in the server's own bounded checker; outlines: the head regex
+and every tool's arguments regex into the Outlines index).
+
+    loopstack bench serving constraint-compile --backend xgrammar --tools 30
 """
 
 from __future__ import annotations
@@ -35,7 +43,12 @@ def main() -> None:
     ap.add_argument("--model-path", default=None, help="HF folder (default: offline model)")
     ap.add_argument("--single", action="store_true", help="only the tool, no distractors")
     ap.add_argument("--states", action="store_true", help="admission only: regex and states")
+    ap.add_argument("--backend", choices=["xgrammar", "guidance", "outlines"], default=None)
+    ap.add_argument("--tools", type=int, default=30, help="with --backend: tools in the set")
     args = ap.parse_args()
+    if args.backend:
+        toolset(args.backend, args.tools, args.model_path)
+        return
     if args.states:
         asyncio.run(states(args.limit))
         return
@@ -73,6 +86,45 @@ def main() -> None:
         f"largest regex chars p50 {statistics.median(sizes):.0f}; exact (no post-check needed) "
         f"{exact}/{len(times)}"
     )
+
+
+def toolset(backend: str, n: int, model_path: str | None) -> None:
+    from serving.config import ServerSettings
+    from serving.constraint_backend import TurnSpec, make_backend
+    from serving.model_store import ensure_offline_default
+
+    path = model_path or str(ensure_offline_default(ServerSettings().home))
+    entries = [json.loads(line) for line in CORPUS.read_text().splitlines()][:n]
+    tools = {e["tool"]["function"]["name"]: e["tool"]["function"]["parameters"] for e in entries}
+    if backend == "outlines":
+        import outlines_core as oc
+        from transformers import AutoTokenizer
+        from vllm.v1.structured_output.utils import get_outlines_vocabulary
+
+        vocab = get_outlines_vocabulary(AutoTokenizer.from_pretrained(path))  # type: ignore[arg-type]
+        started = time.perf_counter()
+        compiled = {k: compile_schema(v) for k, v in tools.items()}
+        regexes = [name_regex(list(compiled))]
+        regexes += [arguments_regex(c, parallel=True) for c in compiled.values()]
+        for regex in regexes:
+            oc.Index(regex, vocab.inner)
+        print(f"outlines: {len(tools)} tools, head + arguments regexes indexed in "
+              f"{time.perf_counter() - started:.2f} s")  # fmt: skip
+        return
+    grammar = make_backend(backend, path, mode="thread")  # type: ignore[arg-type]
+    started = time.perf_counter()
+    asyncio.run(grammar.admit(TurnSpec("required", {"warm": {"type": "object"}}, True), what="w"))
+    print(f"{backend}: vocabulary loaded in {time.perf_counter() - started:.2f} s")
+    for mode in ("auto", "required"):
+        started = time.perf_counter()
+        spec = TurnSpec(mode, tools, parallel=True)  # type: ignore[arg-type]
+        try:
+            asyncio.run(grammar.admit(spec, what="tools"))
+            verdict = "compiled"
+        except InvalidRequest as exc:
+            verdict = f"refused ({exc.message[:120]})"
+        print(f"{backend}: {len(tools)} tools, {mode} turn {verdict} in "
+              f"{time.perf_counter() - started:.3f} s")  # fmt: skip
 
 
 async def states(limit: int) -> None:

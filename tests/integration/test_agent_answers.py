@@ -72,5 +72,7 @@ def test_readme_examples_answer_with_the_tool_values(server: Server, tmp_path: P
     stamp = re.search(r"T(\d{2}):(\d{2})", results[0]["result_summary"])
     assert stamp, results[0]
     hour, minute = stamp.groups()
-    assert re.search(rf"\b{int(hour)}:{minute}|\b{hour}:{minute}", t["answer"]), t["answer"]
+    # "16:21" (or "9:05" for 09:05); an ISO stamp "...T16:21:44+09:00" holds it too
+    clock = rf"(?<![\d:])(?:{int(hour)}|{hour}):{minute}(?!\d)"
+    assert re.search(clock, t["answer"]), t["answer"]
     assert "time__get_current_time(" not in t["answer"]

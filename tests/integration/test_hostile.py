@@ -347,12 +347,22 @@ def test_client_structured_outputs_are_probed(
     check_4xx(r, "structured_outputs")
 
 
-def test_exploding_defs_schema_is_refused_fast(server: Server, watch: HealthWatch) -> None:
+def test_exploding_defs_schema_is_answered_fast(server: Server, watch: HealthWatch) -> None:
+    """Its regex explodes (the outlines backend refuses it: 400); llguidance builds masks
+    lazily and serves it. Either way: an answer within seconds, never a 5xx."""
     started = time.monotonic()
     r = send(server, CHAT, chat(server.model, tools=[tool(params=exploding_defs())],
                                 tool_choice="required"))  # fmt: skip
-    check_4xx(r, "exploding-defs")
-    assert time.monotonic() - started < 10
+    if r.status_code == 200:
+        record("exploding-defs", r.status_code)
+        choice = r.json()["choices"][0]
+        assert choice["finish_reason"] in ("length", "tool_calls"), choice
+        assert not choice["message"]["content"], choice  # required: calls only, no text
+        # Served: the ~5 KB tool listing is prefilled first (11 s once on 2 busy cores).
+        assert time.monotonic() - started < 30
+    else:
+        check_4xx(r, "exploding-defs")
+        assert time.monotonic() - started < 10
 
 
 def test_backtracking_pattern_does_not_freeze_the_server(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import jsonschema
@@ -188,22 +189,31 @@ def test_response_format_json_schema(client: OpenAI, server: Server, name: str) 
     jsonschema.validate(json.loads(r.choices[0].message.content or ""), schema)
 
 
-def test_a_pathological_automaton_is_refused_quickly(client: OpenAI, server: Server) -> None:
-    """(a|b)*a(a|b){15} is 34 characters of pattern and 2**16 automaton states: refused
-    with a 400 before vLLM starts minutes of compilation, and the server stays healthy."""
+def test_a_pathological_automaton_is_answered_quickly(client: OpenAI, server: Server) -> None:
+    """(a|b)*a(a|b){15} is 34 characters of pattern and 2**16 DFA states: the outlines backend
+    refuses it with a 400 before vLLM starts minutes of compilation; llguidance (the default)
+    matches patterns lazily and serves it. Either way within seconds, and the server stays
+    healthy."""
     schema = {
         "type": "object",
         "properties": {"s": {"type": "string", "pattern": "(a|b)*a(a|b){15}"}},
         "required": ["s"],
     }
     tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
-    with pytest.raises(BadRequestError) as err:
-        client.chat.completions.create(
+    started = time.monotonic()
+    try:
+        resp = client.chat.completions.create(
             model=server.model, messages=[{"role": "user", "content": "go"}],
             tools=[tool], tool_choice="required", max_tokens=20,
         )  # fmt: skip
-    assert err.value.code == "schema_too_complex"
-    assert "automaton" in err.value.message
+    except BadRequestError as err:
+        assert err.code == "schema_too_complex"
+        assert "automaton" in err.message
+    else:  # served: a length cut-off or a call that validates
+        for call in resp.choices[0].message.tool_calls or []:
+            jsonschema.validate(json.loads(call.function.arguments), schema)
+        assert resp.choices[0].finish_reason in ("length", "tool_calls")
+    assert time.monotonic() - started < 60
     r = client.chat.completions.create(
         model=server.model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5
     )

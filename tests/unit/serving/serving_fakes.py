@@ -13,6 +13,7 @@ import httpx
 from serving.admission import Admission
 from serving.api import AppState, build_app
 from serving.chat import ChatService
+from serving.constraint_backend import ConstraintBackend
 from serving.embeddings import EmbeddingService
 from serving.limits import Limits
 from serving.metrics import Metrics
@@ -66,7 +67,9 @@ class FakeEngine:
     """vLLM-shaped answers from scripts.
 
     `free` / `constrained`: texts for /v1/completions without / with ``structured_outputs``;
-    each request takes the next one (the last one repeats). Streams send `chunk` characters
+    each request takes the next one (the last one repeats). Under a regex (the outlines path)
+    a constrained text is a whole call, given out in its two stages; under a grammar backend's
+    constraint it is the whole turn. Streams send `chunk` characters
     per SSE event. `gate`, when set, holds every request until it is set.
     """
 
@@ -159,6 +162,9 @@ class FakeEngine:
             return self.free.pop(0) if len(self.free) > 1 else self.free[0]
         # A scripted constrained output is a whole call; the service asks for it in two
         # stages: the head (name regex), then the arguments (whose prompt ends with the head).
+        if "regex" not in body["structured_outputs"]:  # a grammar backend: the whole turn
+            assert self.constrained, "no scripted turn"
+            return self.constrained.pop(0) if len(self.constrained) > 1 else self.constrained[0]
         regex = body["structured_outputs"]["regex"]
         if self._pending is not None and not regex.startswith(NAME_STAGE):
             rest, self._pending = self._pending, None
@@ -211,6 +217,7 @@ class Harness:
         max_running: int = 8,
         max_waiting: int = 8,
         limits: Limits | None = None,
+        backend: ConstraintBackend | None = None,
     ) -> None:
         self.engine = FakeEngine()
         self.metrics = Metrics()
@@ -221,6 +228,7 @@ class Harness:
             schemas=SchemaCache(self.metrics),
             metrics=self.metrics,
             max_tool_tokens=256,
+            backend=backend,
         )
         self.state = AppState(
             engine=self.engine,  # type: ignore[arg-type]

@@ -39,3 +39,13 @@ def test_cpu_kv_cache_is_a_sixth_of_ram_within_1_to_8_gib_unless_set() -> None:
 
     assert [kv(4.0), kv(23.5), kv(200.0)] == ["1", "3", "8"]
     assert kv(23.5, cpu_kv_cache_gib=1) == "1"
+
+
+def test_the_engine_gets_the_constraint_backend_of_the_settings() -> None:
+    def backend(**kw: object) -> str:
+        argv = vllm_launch(ServerSettings(**kw), _cpu(), "m", "m").argv  # type: ignore[arg-type]
+        return argv[argv.index("--structured-outputs-config.backend") + 1]
+
+    assert backend() == "guidance"
+    assert backend(constraint_backend="xgrammar") == "xgrammar"
+    assert backend(constraint_backend="outlines") == "outlines"

@@ -1,0 +1,198 @@
+"""The ``guidance`` constraint backend: a turn as one llguidance Lark grammar.
+
+vLLM's guidance backend takes a Lark grammar (``structured_outputs.grammar``) with embedded
+JSON schemas (``%json``). llguidance builds token masks lazily (no ahead-of-time compile) and
+enforces JSON Schema broadly (numeric bounds, lengths, enums, patterns without lookaround).
+
+* ``auto`` - free text (``TEXT``) until a *lazy* lexeme ends with a trigger naming an offered
+  tool (`envelope.triggers`); then ``, "arguments": `` and the tool's schema; then free text.
+  Qwen's ``<tool_call>``/``</tool_call>`` are special tokens that no text lexeme matches, so
+  the free text allows them by id.
+* ``required`` / named - ``{"name": "<tool>", "arguments": <schema>}`` calls joined by the
+  separator, nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from serving import envelope
+from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec
+
+# One line, with the separators the model writes everywhere else (``{"city": "Paris", "days":
+# 5}``): whitespace left free let a small model loop on it (llguidance repeats its whitespace
+# lexeme, so a bounded `whitespace_pattern` does not bound it); with no whitespace at all
+# (``","``/``":"``) the model lost its usual tokens (``", "``) and wrote separators as strings.
+_JSON_OPTIONS = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+    "lenient": True,
+}
+
+
+def _lit(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+_OPEN_OBJECT_KEYS = frozenset(
+    {"additionalProperties", "patternProperties", "unevaluatedProperties", "propertyNames",
+     "minProperties", "maxProperties", "allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"}
+)  # fmt: skip
+NUMBER_STEP = 0.000001  # numbers get at most 6 decimals: a model cannot write 0.000... forever
+
+
+def _finite_numbers(node: Any) -> Any:
+    """A copy of `node` whose numbers have a finite number of decimals (``multipleOf``,
+    which llguidance enforces): under ``exclusiveMinimum: 0`` a small model wanting 0 wrote
+    ``0.000…`` until ``max_tokens``; objects with listed properties take only those. A sound
+    subset: the output is validated against the client's schema anyway."""
+    if isinstance(node, list):
+        return [_finite_numbers(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        k: v if k in ("enum", "const", "default", "examples") else _finite_numbers(v)
+        for k, v in node.items()
+    }
+    kind = node.get("type")
+    is_number = kind == "number" or (isinstance(kind, list) and "number" in kind)
+    if is_number and "multipleOf" not in node:
+        out["multipleOf"] = NUMBER_STEP
+    props, required = node.get("properties"), node.get("required", [])
+    listed = set(props) if isinstance(props, dict) else None
+    closable = listed is not None and isinstance(required, list) and set(required) <= listed
+    if closable and not node.keys() & _OPEN_OBJECT_KEYS:
+        # the listed properties only, as the outlines path writes objects: left open, the
+        # 0.5B wandered into invented keys (`"additionalProperties": false` as a value)
+        # until max_tokens
+        out["additionalProperties"] = False
+    return out
+
+
+def _schema(schema: Any) -> str:
+    body = _finite_numbers(schema) if isinstance(schema, dict) else {}
+    body["x-guidance"] = _JSON_OPTIONS
+    return "%json " + json.dumps(body, ensure_ascii=False)
+
+
+def _regex(pattern: str) -> str:
+    return "/" + pattern.replace("/", "\\/") + "/"
+
+
+def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
+    """The Lark grammar of one turn. `tag_ids`: token ids of `envelope.CALL_TAGS` when they
+    are special tokens (the free text of ``auto`` must allow them)."""
+    lines = ["%llguidance {}"]
+    names = []
+    if spec.mode == "auto":
+        for i, (stem, group) in enumerate(envelope.stem_groups(list(spec.tools)).items()):
+            rule = f"call_{i}"
+            names.append(rule)
+            trigger = "|".join(_escape_re(t) for t in envelope.triggers(stem))
+            rests = [f"{_lit(envelope.name_rest(n, stem))} ARGS {_schema(spec.tools[n])}"
+                     for n in group]  # fmt: skip
+            lines.append(f"{rule}_trig[lazy]: TEXT /({trigger})/")
+            lines.append(f"{rule}: {rule}_trig ({' | '.join(rests)})")
+    else:
+        for i, (name, schema) in enumerate(spec.tools.items()):
+            rule = f"call_{i}"
+            names.append(rule)
+            lines.append(f'{rule}: {_lit(envelope.call_head(name))} {_schema(schema)} "}}"')
+    calls = " | ".join(names)
+    opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS) if tag_ids else ("", "")
+    if spec.mode == "auto":
+        # Free text, or text then a call; after a call only its tail (the envelope's `}`, a
+        # closing fence or tag), then the end: a small model that loops on calls would
+        # otherwise have each loop enforced as another call. More calls only where parallel
+        # calls are on and the model opens another <tool_call> tag (the Hermes form).
+        # Qwen's tags are special tokens (no TEXT lexeme matches them): referenced by id.
+        opened = opened or _lit(envelope.CALL_TAGS[0])
+        closed = closed or _lit(envelope.CALL_TAGS[1])
+        tagged = f" | TEXT {opened} first tail" if tag_ids else ""  # else TEXT holds the tag
+        lines.append(f"start: TEXT | first tail{tagged}")
+        lines.append(f"first: {calls}")
+        more = f" (NL {opened} first tail)?" if spec.parallel else ""
+        lines.append(f"tail: TAIL | TAIL {closed}{more} END")
+        lines.append(r"TEXT: /(.|\n)*/")
+        lines.append(f"TAIL: {_regex(envelope.CALL_TAIL)}")
+        lines.append(r"NL: /\n?/")
+        lines.append(r"END: /[ \t\n]{0,16}/")
+        lines.append(f"ARGS: {_regex(envelope.ARGUMENTS_LEAD)}")
+    else:
+        sep, close = _lit(envelope.CALL_SEPARATOR), _lit(envelope.TOOL_CALL_CLOSE)
+        if tag_ids:
+            sep, close = f'"\\n" {closed} "\\n" {opened} "\\n"', f'"\\n" {closed}'
+        rest = f" ({sep} call)*" if spec.parallel else ""
+        # after the last call the model may close its tag, and must then end
+        lines.append(f"start: call{rest} ({close})?")
+        lines.append(f"call: {calls}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape_re(text: str) -> str:
+    return "".join("\\" + c if c in r"\.^$|?*+()[]{}/" else c for c in text)
+
+
+class GuidanceBackend(GrammarBackend):
+    name: BackendName = "guidance"
+    tag_ids: dict[str, int] | None = None  # set from the tokenizer by the server
+
+    def build(self, spec: TurnSpec) -> tuple[dict[str, Any], str]:
+        grammar = lark_grammar(spec, self.tag_ids)
+        return {"grammar": grammar}, grammar
+
+
+def make_checker(tokenizer_path: str | None) -> Callable[[str], str | None]:
+    """In the worker: build the grammar's parser against the model's vocabulary."""
+    import llguidance
+
+    if tokenizer_path is None:  # tests: a byte-level vocabulary
+        tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
+    elif (Path(tokenizer_path) / "tokenizer.json").is_file():
+        tokenizer = llguidance.LLTokenizer(str(Path(tokenizer_path) / "tokenizer.json"))
+    else:  # no fast-tokenizer file: through transformers
+        import llguidance.hf
+        from transformers import AutoTokenizer
+
+        tokenizer = llguidance.hf.from_tokenizer(AutoTokenizer.from_pretrained(tokenizer_path))
+
+    def check(payload: str) -> str | None:
+        if not payload:
+            return None
+        grammar = llguidance.grammar_from("grammar", payload)
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+        if is_error:
+            return "; ".join(messages)[:300] or "invalid grammar"
+        matcher = llguidance.LLMatcher(tokenizer, grammar)
+        if matcher.is_error():
+            return matcher.get_error()[:300]
+        return None
+
+    return check
+
+
+def special_tag_ids(tokenizer: Any) -> dict[str, int] | None:
+    """Ids of `envelope.CALL_TAGS` when the tokenizer has them as single added tokens."""
+    ids = {}
+    for tag in envelope.CALL_TAGS:
+        try:
+            tid = tokenizer.convert_tokens_to_ids(tag)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+        if not isinstance(tid, int) or tid == getattr(tokenizer, "unk_token_id", None):
+            return None
+        ids[tag] = tid
+    return ids
+
+
+class _ByteTokenizer:
+    eos_token_id = 256
+    bos_token_id = None
+    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+
+    def __call__(self, text: bytes) -> list[int]:
+        return list(text)
