@@ -167,8 +167,9 @@ async def _crosscheck(
     output_len: int = 64,
     repeats: int = 1,
     out: Path | None = None,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    from bench.agents.requests import RequestLoad, crosscheck, find_tokenizer
+    from bench.agents.requests import RequestLoad, crosscheck, find_tokenizer, fresh_seed
     from bench.agents.target import OpenAITarget, TargetConfig
 
     tok = tokenizer or find_tokenizer()
@@ -185,6 +186,7 @@ async def _crosscheck(
         input_len=input_len,
         output_len=output_len,
         concurrency=concurrency,
+        seed=fresh_seed() if seed is None else seed,
     )
     return await crosscheck(load, repeats=repeats, log_dir=out)
 
@@ -196,14 +198,22 @@ def requests_cmd(
     model: str | None = typer.Option(None),
     tokenizer: str | None = typer.Option(None, help="Tokenizer folder (default: found)."),
     concurrency: int = typer.Option(4, min=1),
-    num_prompts: int = typer.Option(16, min=1),
+    num_prompts: int = typer.Option(16, min=1, help="Per run; a multiple of --concurrency."),
     input_len: int = typer.Option(128, min=8),
     output_len: int = typer.Option(64, min=1),
-    repeats: int = typer.Option(1, min=1, help="Alternating vllm/ours runs, averaged."),
+    repeats: int = typer.Option(
+        3, min=1, help="Pairs of runs (vllm, ours), the order alternating pair by pair."
+    ),
+    seed: int | None = typer.Option(
+        None,
+        help="Dataset seed of the first run, run k uses seed+k (default: a fresh one, "
+        "so no prompt is already in the server's prefix cache).",
+    ),
     out: Path = typer.Option(Path("bench/results/requests")),
 ) -> None:
     """vllm bench serve against the endpoint, cross-checked with our harness."""
     from bench.agents.report import write_report
+    from bench.agents.requests import crosscheck_lines
     from bench.agents.result import RunResult
 
     out.mkdir(parents=True, exist_ok=True)
@@ -211,7 +221,7 @@ def requests_cmd(
         req = asyncio.run(
             _crosscheck(
                 base_url, _key(api_key), model, tokenizer, concurrency, num_prompts,
-                input_len, output_len, repeats, out,
+                input_len, output_len, repeats, out, seed,
             )
         )  # fmt: skip
     except BenchError as exc:
@@ -229,24 +239,8 @@ def requests_cmd(
     )
     for p in write_report(result, out):
         typer.echo(f"wrote {p}")
-    v, o, c = req["vllm"], req["ours"], req["comparison"]
-    typer.echo(
-        f"vllm bench serve: TTFT mean {v.get('mean_ttft_ms', 0):.0f} ms, median "
-        f"{v.get('median_ttft_ms', 0):.0f} ms, output {v.get('output_throughput', 0):.2f} tok/s"
-    )
-    typer.echo(
-        f"our harness:      TTFT mean {1e3 * (o.get('ttft_mean_s') or 0):.0f} ms, median "
-        f"{1e3 * (o.get('ttft_p50_s') or 0):.0f} ms, output {o.get('output_tok_s') or 0:.2f} tok/s"
-    )
-    typer.echo(
-        f"CROSSCHECK ours/vllm: TTFT median {_r(c['ttft_median_ratio'])}, mean "
-        f"{_r(c['ttft_mean_ratio'])}, output tok/s {_r(c['output_tok_s_ratio'])} -> "
-        f"{'within 10 %' if c['within_10pct'] else 'NOT within 10 %'}"
-    )
-
-
-def _r(v: object) -> str:
-    return f"{v:.3f}" if isinstance(v, float) else "n/a"
+    for line in crosscheck_lines(req):
+        typer.echo(line)
 
 
 @app.command()
