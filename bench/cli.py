@@ -168,6 +168,7 @@ async def _crosscheck(
     repeats: int = 1,
     out: Path | None = None,
     seed: int | None = None,
+    retries: int | None = None,
 ) -> dict[str, Any]:
     from bench.agents.requests import RequestLoad, crosscheck, find_tokenizer, fresh_seed
     from bench.agents.target import OpenAITarget, TargetConfig
@@ -188,7 +189,7 @@ async def _crosscheck(
         concurrency=concurrency,
         seed=fresh_seed() if seed is None else seed,
     )
-    return await crosscheck(load, repeats=repeats, log_dir=out)
+    return await crosscheck(load, repeats=repeats, log_dir=out, retries=retries)
 
 
 @app.command("requests")
@@ -209,11 +210,16 @@ def requests_cmd(
         help="Dataset seed of the first run, run k uses seed+k (default: a fresh one, "
         "so no prompt is already in the server's prefix cache).",
     ),
+    retries: int | None = typer.Option(
+        None,
+        min=0,
+        help="Extra pairs when the engine served another client during a pair "
+        "(not compared; default: --repeats).",
+    ),
     out: Path = typer.Option(Path("bench/results/requests")),
 ) -> None:
     """vllm bench serve against the endpoint, cross-checked with our harness."""
     from bench.agents.report import write_report
-    from bench.agents.requests import crosscheck_lines
     from bench.agents.result import RunResult
 
     out.mkdir(parents=True, exist_ok=True)
@@ -221,7 +227,7 @@ def requests_cmd(
         req = asyncio.run(
             _crosscheck(
                 base_url, _key(api_key), model, tokenizer, concurrency, num_prompts,
-                input_len, output_len, repeats, out, seed,
+                input_len, output_len, repeats, out, seed, retries,
             )
         )  # fmt: skip
     except BenchError as exc:
@@ -241,6 +247,49 @@ def requests_cmd(
         typer.echo(f"wrote {p}")
     for line in crosscheck_lines(req):
         typer.echo(line)
+
+
+_LABELS = {
+    "ttft_median_s": "TTFT median",
+    "ttft_mean_s": "TTFT mean",
+    "output_tok_s": "output tok/s",
+}
+
+
+def crosscheck_lines(req: dict[str, Any]) -> list[str]:
+    """The runs one per line (with what the engine served meanwhile), then ours / vLLM per
+    metric over the clean pairs: each pair, min, max, pooled, and both harnesses'
+    run-to-run spread; the last line is the verdict."""
+    from bench.agents.requests import METRICS
+
+    lines = []
+    for r in req["runs"]:
+        f, eng = r["figures"], r.get("engine") or {}
+        mark = "" if r.get("pair_clean") is not False else "  (pair not compared: see engine)"
+        lines.append(
+            f"run {r['pair']} {r['harness']:<4} seed {r['seed']}: TTFT median "
+            f"{_x(f['ttft_median_s'], 3)} s, mean {_x(f['ttft_mean_s'], 3)} s, output "
+            f"{_x(f['output_tok_s'])} tok/s; engine: requests {_x(r.get('engine_requests'), 0)}"
+            f", in flight before/after {r.get('engine_in_flight', '-')}, TTFT mean "
+            f"{_x(eng.get('ttft_s'), 3)} s, prefix-cache hits "
+            f"{_x(r.get('prefix_cache_hit_rate'))}{mark}"
+        )
+    c = req["comparison"]
+    for m in METRICS:
+        pairs = " ".join(_x(v, 3) for v in c[f"{m}_ratios"])
+        lines.append(
+            f"ours/vllm {_LABELS[m]:<12}: pairs {pairs}  min {_x(c[f'{m}_ratio_min'], 3)} "
+            f"max {_x(c[f'{m}_ratio_max'], 3)} pooled {_x(c[f'{m}_ratio_pooled'], 3)}  "
+            f"(run-to-run max/min: vllm {_x(c[f'{m}_vllm_spread'], 3)}, "
+            f"ours {_x(c[f'{m}_ours_spread'], 3)})"
+        )
+    verdict = "within 10 %" if c["within_10pct"] else "NOT within 10 %"
+    lines.append(
+        f"CROSSCHECK ours/vllm, {c['pairs']} clean pair(s) of {c['pairs_run']} run: "
+        f"{verdict} in every pair on TTFT median, TTFT mean and output tok/s (pooled: "
+        f"{'within' if c['within_10pct_pooled'] else 'NOT within'} 10 %)"
+    )
+    return lines
 
 
 @app.command()

@@ -313,31 +313,37 @@ def pooled(runs: list[JSON]) -> JSON:
     }
 
 
-def compare_runs(runs: list[JSON]) -> JSON:
-    """Pairs (run ``k`` of vLLM with run ``k`` of ours) -> per-metric ratios, their min
-    and max, the pooled ratio, vLLM's own run-to-run spread (max / min of its runs), and
-    ``within_10pct``: every pair within ``TOLERANCE`` on all three metrics."""
-    by = {h: [r for r in runs if r["harness"] == h] for h in ("vllm", "ours")}
-    if not by["vllm"] or len(by["vllm"]) != len(by["ours"]):
-        raise BenchError("compare_runs needs as many vLLM runs as ours")
+def compare_runs(runs: list[JSON], need: int = 1) -> JSON:
+    """Clean pairs (``pair_clean`` not False; run ``k`` of vLLM with run ``k`` of ours) ->
+    per-metric ratios, their min and max, the pooled ratio, each harness's run-to-run
+    spread (max / min of its runs), and ``within_10pct``: at least ``need`` clean pairs,
+    every one within ``TOLERANCE`` on all three metrics."""
+    used = [r for r in runs if r.get("pair_clean") is not False]
+    by = {h: sorted((r for r in used if r["harness"] == h), key=_pair) for h in ("vllm", "ours")}
+    if [_pair(r) for r in by["vllm"]] != [_pair(r) for r in by["ours"]]:
+        raise BenchError("compare_runs needs a vLLM run and one of ours in every pair")
     pairs = [
         compare(v["figures"], o["figures"]) for v, o in zip(by["vllm"], by["ours"], strict=True)
     ]
-    both = compare(pooled(by["vllm"]), pooled(by["ours"]))
-    out: JSON = {"pairs": len(pairs)}
+    both = compare(pooled(by["vllm"]), pooled(by["ours"])) if pairs else {}
+    out: JSON = {"pairs": len(pairs), "pairs_run": len({_pair(r) for r in runs})}
     for m in METRICS:
         vals = [p[f"{m}_ratio"] for p in pairs]
         got = [v for v in vals if v is not None]
         out[f"{m}_ratios"] = vals
         out[f"{m}_ratio_min"] = min(got) if got else None
         out[f"{m}_ratio_max"] = max(got) if got else None
-        out[f"{m}_ratio_pooled"] = both[f"{m}_ratio"]
+        out[f"{m}_ratio_pooled"] = both.get(f"{m}_ratio")
         for h in ("vllm", "ours"):
             figs = [r["figures"][m] for r in by[h] if r["figures"].get(m)]
             out[f"{m}_{h}_spread"] = max(figs) / min(figs) if figs else None
-    out["within_10pct"] = len(pairs) > 0 and all(p["within_10pct"] for p in pairs)
-    out["within_10pct_pooled"] = both["within_10pct"]
+    out["within_10pct"] = len(pairs) >= max(need, 1) and all(p["within_10pct"] for p in pairs)
+    out["within_10pct_pooled"] = bool(both.get("within_10pct"))
     return out
+
+
+def _pair(run: JSON) -> int:
+    return int(run["pair"])
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -363,20 +369,30 @@ def _mean_figures(runs: list[JSON]) -> JSON:
 
 
 async def crosscheck(
-    load: RequestLoad, repeats: int = 1, console: Any = None, log_dir: Path | None = None
+    load: RequestLoad,
+    repeats: int = 1,
+    console: Any = None,
+    log_dir: Path | None = None,
+    retries: int | None = None,
 ) -> JSON:
-    """``repeats`` pairs of runs, ``vllm bench serve`` and our harness, each run on a
-    dataset seed of its own (``load.seed + k``), the order alternating pair by pair."""
+    """``repeats`` clean pairs of runs, ``vllm bench serve`` and our harness, each run on
+    a dataset seed of its own (``load.seed + k``), the order alternating pair by pair.  A
+    pair where the engine served anything else (another client of a shared server) is
+    kept in ``runs`` but not compared, and run again, at most ``retries`` (default:
+    ``repeats``) extra pairs."""
     if load.num_prompts % load.concurrency:
         raise BenchError(
             f"--num-prompts {load.num_prompts} must be a multiple of --concurrency "
             f"{load.concurrency}: our closed loop gives every agent the same number of tasks"
         )
-    seeds = [load.seed + k for k in range(2 * repeats)]
+    max_pairs = repeats + (repeats if retries is None else retries)
+    seeds = [load.seed + k for k in range(2 * max_pairs)]
     datasets = await asyncio.to_thread(vllm_datasets, load, seeds)
     runs: list[JSON] = []
-    for pair in range(repeats):
+    pair = clean = 0
+    while clean < repeats and pair < max_pairs:
         order = ("vllm", "ours") if pair % 2 == 0 else ("ours", "vllm")
+        two = []
         for j, which in enumerate(order):
             k = 2 * pair + j
             one = replace(load, seed=seeds[k])
@@ -385,7 +401,11 @@ async def crosscheck(
                 run = await _vllm_run(one, log)
             else:
                 run = await _ours_run(one, datasets[k], console)
-            runs.append({**run, "harness": which, "pair": pair, "seed": seeds[k]})
+            two.append({**run, "harness": which, "pair": pair, "seed": seeds[k]})
+        ok = all(r.get("clean") is not False for r in two)
+        runs += [r | {"pair_clean": ok} for r in two]
+        clean += ok
+        pair += 1
     vllm_runs = [r for r in runs if r["harness"] == "vllm"]
     ours_runs = [r for r in runs if r["harness"] == "ours"]
     return {
@@ -396,33 +416,68 @@ async def crosscheck(
             "concurrency": load.concurrency,
             "temperature": load.temperature,
             "repeats": repeats,
-            "seeds": seeds,
+            "seeds": seeds[: 2 * pair],
         },
         "vllm": {**_mean_figures(vllm_runs), "command": vllm_runs[0]["command"]},
         "ours": _mean_figures(ours_runs),
         "runs": runs,
-        "comparison": compare_runs(runs),
+        "comparison": compare_runs(runs, need=repeats),
     }
+
+
+def engine_check(before: str | None, after: str | None, expected: int) -> JSON:
+    """What the engine did between two ``/metrics`` scrapes around one run: requests
+    finished, requests in flight at either scrape, the prefix-cache hit rate, its own
+    histograms; ``clean`` when it served exactly this run's ``expected`` requests (None
+    when the server exposes no vLLM counters)."""
+    from bench.agents.metrics import cache_delta, engine_delta, prom_counter
+
+    out: JSON = {
+        "prefix_cache_hit_rate": cache_delta(before, after).hit_rate,
+        "engine": engine_delta(before, after),
+        "clean": None,
+    }
+    if before is None or after is None:
+        return out
+    a, b = prom_counter(before, _DONE), prom_counter(after, _DONE)
+    busy = [sum(prom_counter(text, g) or 0.0 for g in _IN_FLIGHT) for text in (before, after)]
+    if a is None or b is None:
+        return out
+    out |= {"engine_requests": b - a, "engine_in_flight": busy}
+    out["clean"] = b - a == expected and busy == [0.0, 0.0]
+    return out
+
+
+_DONE = "vllm:request_success"
+_IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+async def _observed(load: RequestLoad, run: Any, http_client: Any = None) -> JSON:
+    """``await run()`` between two scrapes of the server's ``/metrics``."""
+    from bench.agents.target import OpenAITarget, TargetConfig
+
+    cfg = TargetConfig("scrape", load.base_url, load.api_key, load.model)
+    scraper = OpenAITarget(cfg, http_client)
+    before = await scraper.scrape_metrics()
+    out: JSON = await run()
+    after = await scraper.scrape_metrics()
+    if http_client is None:
+        await scraper.close()
+    return out | engine_check(before, after, load.num_prompts)
 
 
 async def _vllm_run(load: RequestLoad, log: Path | None) -> JSON:
-    from bench.agents.metrics import cache_delta, engine_delta
-    from bench.agents.target import OpenAITarget, TargetConfig
+    async def go() -> JSON:
+        figs = await asyncio.to_thread(run_vllm_bench, load, log)
+        raw_figs = {k: v for k, v in figs.items() if k not in ("rows", "command")}
+        return {
+            "figures": vllm_figures(raw_figs),
+            "reported": raw_figs,
+            "rows": figs["rows"],
+            "command": figs["command"],
+        }
 
-    scraper = OpenAITarget(TargetConfig("vllm", load.base_url, load.api_key, load.model))
-    before = await scraper.scrape_metrics()
-    figs = await asyncio.to_thread(run_vllm_bench, load, log)
-    after = await scraper.scrape_metrics()
-    await scraper.close()
-    raw_figs = {k: v for k, v in figs.items() if k not in ("rows", "command")}
-    return {
-        "figures": vllm_figures(raw_figs),
-        "reported": raw_figs,
-        "rows": figs["rows"],
-        "command": figs["command"],
-        "prefix_cache_hit_rate": cache_delta(before, after).hit_rate,
-        "engine": engine_delta(before, after),
-    }
+    return await _observed(load, go)
 
 
 async def warm_client(cfg: Any, http_client: Any = None) -> None:
@@ -466,64 +521,21 @@ async def _ours_run(
     )
     target = TargetConfig("ours", load.base_url, load.api_key, load.model)
     await warm_client(target, http_client)
-    level = (await run_sweep([target], scenario, cfg, console, http_client)).levels[0]
-    s = level.summary
-    return {
-        "figures": {
-            "ttft_median_s": s.ttft.p50,
-            "ttft_mean_s": s.ttft.mean,
-            "output_tok_s": s.output_tok_s,
-            "duration_s": s.window_s,
-            "output_tokens": sum(st.completion_tokens for st in level.steps if st.ok),
-            "completed": s.steps - s.errors,
-        },
-        "rows": ours_rows(level.steps),
-        "prefix_cache_hit_rate": s.cache.hit_rate,
-        "engine": s.engine,
-        "client_cpu_s_per_step": s.client_cpu_s_per_step,
-    }
 
+    async def go() -> JSON:
+        level = (await run_sweep([target], scenario, cfg, console, http_client)).levels[0]
+        s = level.summary
+        return {
+            "figures": {
+                "ttft_median_s": s.ttft.p50,
+                "ttft_mean_s": s.ttft.mean,
+                "output_tok_s": s.output_tok_s,
+                "duration_s": s.window_s,
+                "output_tokens": sum(st.completion_tokens for st in level.steps if st.ok),
+                "completed": s.steps - s.errors,
+            },
+            "rows": ours_rows(level.steps),
+            "client_cpu_s_per_step": s.client_cpu_s_per_step,
+        }
 
-# ---------------------------------------------------------------------------
-# the printout
-
-_LABELS = {
-    "ttft_median_s": "TTFT median",
-    "ttft_mean_s": "TTFT mean",
-    "output_tok_s": "output tok/s",
-}
-
-
-def crosscheck_lines(req: JSON) -> list[str]:
-    """The runs one per line, then ours / vLLM per metric: each pair, min, max, pooled,
-    and both harnesses' run-to-run spread; the last line is the verdict."""
-    lines = []
-    for r in req["runs"]:
-        f, eng = r["figures"], r.get("engine") or {}
-        lines.append(
-            f"run {r['pair']} {r['harness']:<4} seed {r['seed']}: TTFT median "
-            f"{_f(f['ttft_median_s'], 3)} s, mean {_f(f['ttft_mean_s'], 3)} s, output "
-            f"{_f(f['output_tok_s'])} tok/s; engine: requests {_f(eng.get('requests'), 0)}, "
-            f"TTFT mean {_f(eng.get('ttft_s'), 3)} s, prefix-cache hits "
-            f"{_f(r.get('prefix_cache_hit_rate'))}"
-        )
-    c = req["comparison"]
-    for m in METRICS:
-        pairs = " ".join(_f(v, 3) for v in c[f"{m}_ratios"])
-        lines.append(
-            f"ours/vllm {_LABELS[m]:<12}: pairs {pairs}  min {_f(c[f'{m}_ratio_min'], 3)} "
-            f"max {_f(c[f'{m}_ratio_max'], 3)} pooled {_f(c[f'{m}_ratio_pooled'], 3)}  "
-            f"(run-to-run max/min: vllm {_f(c[f'{m}_vllm_spread'], 3)}, "
-            f"ours {_f(c[f'{m}_ours_spread'], 3)})"
-        )
-    verdict = "within 10 %" if c["within_10pct"] else "NOT within 10 %"
-    lines.append(
-        f"CROSSCHECK ours/vllm over {c['pairs']} pair(s): {verdict} in every pair on TTFT "
-        f"median, TTFT mean and output tok/s (pooled: "
-        f"{'within' if c['within_10pct_pooled'] else 'NOT within'} 10 %)"
-    )
-    return lines
-
-
-def _f(v: Any, d: int = 2) -> str:
-    return "-" if v is None else f"{v:.{d}f}"
+    return await _observed(load, go, http_client)

@@ -17,8 +17,8 @@ from bench.agents.requests import (
     RequestLoad,
     compare,
     compare_runs,
-    crosscheck_lines,
     crosscheck_scenario,
+    engine_check,
     find_tokenizer,
     ours_rows,
     pick_figures,
@@ -27,6 +27,7 @@ from bench.agents.requests import (
     vllm_figures,
     vllm_rows,
 )
+from bench.cli import crosscheck_lines
 
 
 def _load(**kw: Any) -> RequestLoad:
@@ -176,6 +177,36 @@ def test_compare_runs_ratios_spread_and_verdict() -> None:
     assert c["within_10pct"] is False and c["within_10pct_pooled"] is True
     with pytest.raises(BenchError):
         compare_runs(runs[:3])
+    # a pair where the engine served another client is not compared
+    dirty = [r | {"pair_clean": r["pair"] == 0} for r in runs]
+    c = compare_runs(dirty)
+    assert c["pairs"] == 1 and c["pairs_run"] == 2 and c["within_10pct"] is True
+    assert c["ttft_mean_s_ratios"] == pytest.approx([1.05])
+    assert compare_runs(dirty, need=2)["within_10pct"] is False  # too few clean pairs
+    none = compare_runs([r | {"pair_clean": False} for r in runs])
+    assert none["pairs"] == 0 and none["within_10pct"] is False
+    assert none["ttft_mean_s_ratio_pooled"] is None
+
+
+def _prom(done: float, running: float = 0, waiting: float = 0) -> str:
+    return (
+        f'vllm:request_success_total{{finished_reason="length"}} {done - 1}\n'
+        f'vllm:request_success_total{{finished_reason="stop"}} 1\n'
+        f'vllm:num_requests_running{{engine="0"}} {running}\n'
+        f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
+        f"vllm:prefix_cache_queries_total 1000\nvllm:prefix_cache_hits_total {done}\n"
+    )
+
+
+def test_engine_check_tells_a_run_that_had_the_engine_to_itself() -> None:
+    c = engine_check(_prom(10), _prom(26), 16)
+    assert c["clean"] is True and c["engine_requests"] == 16
+    assert c["engine_in_flight"] == [0.0, 0.0]
+    assert engine_check(_prom(10), _prom(31), 16)["clean"] is False  # another client's
+    assert engine_check(_prom(10, running=1), _prom(26), 16)["clean"] is False  # one ran on
+    assert engine_check(_prom(10), _prom(26, waiting=2), 16)["clean"] is False
+    assert engine_check(None, _prom(26), 16)["clean"] is None  # no /metrics: unknown
+    assert engine_check("up 1\n", "up 1\n", 16)["clean"] is None  # not a vLLM server
 
 
 def test_crosscheck_lines_print_the_spread_and_the_verdict() -> None:
@@ -187,7 +218,11 @@ def test_crosscheck_lines_print_the_spread_and_the_verdict() -> None:
     lines = crosscheck_lines(req)
     assert lines[0].startswith("run 0 vllm seed 10: TTFT median 1.000 s")
     assert "pairs 1.300  min 1.300 max 1.300 pooled 1.300" in lines[3]
-    assert lines[-1].startswith("CROSSCHECK ours/vllm over 1 pair(s): NOT within 10 %")
+    assert lines[-1].startswith("CROSSCHECK ours/vllm, 1 clean pair(s) of 1 run: NOT within")
+    runs = [r | {"pair_clean": False} for r in runs]
+    lines = crosscheck_lines({"runs": runs, "comparison": compare_runs(runs)})
+    assert lines[0].endswith("(pair not compared: see engine)")
+    assert lines[-1].startswith("CROSSCHECK ours/vllm, 0 clean pair(s) of 1 run: NOT within")
 
 
 def test_crosscheck_scenario_is_single_step_without_tools() -> None:
@@ -205,7 +240,8 @@ def test_crosscheck_interleaves_with_a_seed_per_run(monkeypatch: pytest.MonkeyPa
 
     async def vllm_run(load: RequestLoad, log: Path | None) -> dict[str, Any]:
         calls.append(("vllm", load.seed))
-        return {**_run("vllm", 0, [1.0] * 4, 20.0, 10.0), "command": "vllm bench serve"}
+        run = _run("vllm", 0, [1.0] * 4, 20.0, 10.0)
+        return run | {"command": "vllm bench serve", "clean": load.seed != dirty}
 
     async def ours_run(load: RequestLoad, data: list[dict[str, Any]], console: Any) -> Any:
         assert data[0]["prompt"] == f"s{load.seed}"  # the dataset made for this run's seed
@@ -215,12 +251,25 @@ def test_crosscheck_interleaves_with_a_seed_per_run(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(rq, "vllm_datasets", datasets)
     monkeypatch.setattr(rq, "_vllm_run", vllm_run)
     monkeypatch.setattr(rq, "_ours_run", ours_run)
+    dirty = -1
     req = asyncio.run(rq.crosscheck(_load(seed=5000, num_prompts=4), repeats=3))
     assert calls == [("vllm", 5000), ("ours", 5001), ("ours", 5002), ("vllm", 5003),
                      ("vllm", 5004), ("ours", 5005)]  # fmt: skip
     assert [r["pair"] for r in req["runs"]] == [0, 0, 1, 1, 2, 2]
     assert req["load"]["seeds"] == [5000, 5001, 5002, 5003, 5004, 5005]
     assert req["comparison"]["within_10pct"] is True and req["comparison"]["pairs"] == 3
+    # another client used the engine during pair 1: it is run again with new seeds
+    calls.clear()
+    dirty = 5003
+    req = asyncio.run(rq.crosscheck(_load(seed=5000, num_prompts=4), repeats=3))
+    assert [c[1] for c in calls] == list(range(5000, 5008))
+    assert [r["pair_clean"] for r in req["runs"]] == [True, True, False, False] + [True] * 4
+    assert req["comparison"]["pairs"] == 3 and req["comparison"]["pairs_run"] == 4
+    # retries run out: the verdict says so
+    calls.clear()
+    req = asyncio.run(rq.crosscheck(_load(seed=5000, num_prompts=4), repeats=3, retries=0))
+    assert len(calls) == 6 and req["comparison"]["pairs"] == 2
+    assert req["comparison"]["within_10pct"] is False
     with pytest.raises(BenchError, match="multiple of --concurrency"):
         asyncio.run(rq.crosscheck(_load(num_prompts=6, concurrency=4)))
 
