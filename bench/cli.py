@@ -266,12 +266,18 @@ def crosscheck_lines(req: dict[str, Any]) -> list[str]:
     for r in req["runs"]:
         f, eng = r["figures"], r.get("engine") or {}
         mark = "" if r.get("pair_clean") is not False else "  (pair not compared: see engine)"
+        gap = (
+            1e3 * (f["ttft_mean_s"] - eng["ttft_s"])
+            if f.get("ttft_mean_s") is not None and eng.get("ttft_s") is not None
+            else None
+        )
         lines.append(
             f"run {r['pair']} {r['harness']:<4} seed {r['seed']}: TTFT median "
             f"{_x(f['ttft_median_s'], 3)} s, mean {_x(f['ttft_mean_s'], 3)} s, output "
-            f"{_x(f['output_tok_s'])} tok/s; engine: requests {_x(r.get('engine_requests'), 0)}"
+            f"{_x(f['output_tok_s'])} tok/s | engine: requests {_x(r.get('engine_requests'), 0)}"
             f", in flight before/after {r.get('engine_in_flight', '-')}, TTFT mean "
-            f"{_x(eng.get('ttft_s'), 3)} s, prefix-cache hits "
+            f"{_x(eng.get('ttft_s'), 3)} s (client {_x(gap, 0)} ms later), decode "
+            f"{_x(eng.get('decode_s'))} s/request, prefix-cache hits "
             f"{_x(r.get('prefix_cache_hit_rate'))}{mark}"
         )
     c = req["comparison"]
