@@ -406,8 +406,9 @@ async def crosscheck(
         runs += [r | {"pair_clean": ok} for r in two]
         clean += ok
         pair += 1
-    vllm_runs = [r for r in runs if r["harness"] == "vllm"]
-    ours_runs = [r for r in runs if r["harness"] == "ours"]
+    used = [r for r in runs if r["pair_clean"]] or runs  # the means: compared runs only
+    vllm_runs = [r for r in used if r["harness"] == "vllm"]
+    ours_runs = [r for r in used if r["harness"] == "ours"]
     return {
         "load": {
             "num_prompts": load.num_prompts,
