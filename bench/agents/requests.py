@@ -18,11 +18,14 @@ sides send the same requests:
   TTFTs a cache hit's.  The engine's hit rate is recorded around every run;
 - the same sampling: ``--temperature`` is sent by both (vLLM's bench otherwise leaves it
   to the server, whose default samples at 1.0 while our scenario decodes greedily);
-- the same ``max_tokens`` with ``ignore_eos``, concurrency and request count.
+- the same ``max_tokens`` with ``ignore_eos``, concurrency and request count, and a
+  one-token warm-up first (the openai client's one-off set-up stays out of the TTFT).
 
 Runs alternate (vllm, ours), (ours, vllm), ... so drift on a shared machine favours
-neither; ``compare_runs`` gives ours / vLLM per pair with min and max, the pooled ratio,
-and vLLM's own run-to-run spread (what the machine's noise alone does).
+neither.  Every run is bracketed by ``/metrics`` scrapes (``engine_check``): a pair during
+which the engine served anything else is kept but not compared, and run again.
+``compare_runs`` gives ours / vLLM per clean pair with min and max, the pooled ratio, and
+each harness's run-to-run spread (what the machine's noise alone does).
 """
 
 from __future__ import annotations
