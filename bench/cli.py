@@ -186,8 +186,10 @@ async def _crosscheck(
     output_len: int = 64,
     repeats: int = 1,
     out: Path | None = None,
+    seed: int | None = None,
+    retries: int | None = None,
 ) -> dict[str, Any]:
-    from bench.load.requests import RequestLoad, crosscheck, find_tokenizer
+    from bench.load.requests import RequestLoad, crosscheck, find_tokenizer, fresh_seed
     from bench.load.target import OpenAITarget, TargetConfig
 
     tok = tokenizer or find_tokenizer()
@@ -204,8 +206,9 @@ async def _crosscheck(
         input_len=input_len,
         output_len=output_len,
         concurrency=concurrency,
+        seed=fresh_seed() if seed is None else seed,
     )
-    return await crosscheck(load, repeats=repeats, log_dir=out)
+    return await crosscheck(load, repeats=repeats, log_dir=out, retries=retries)
 
 
 @app.command("requests")
@@ -215,10 +218,23 @@ def requests_cmd(
     model: str | None = typer.Option(None),
     tokenizer: str | None = typer.Option(None, help="Tokenizer folder (default: found)."),
     concurrency: int = typer.Option(4, min=1),
-    num_prompts: int = typer.Option(16, min=1),
+    num_prompts: int = typer.Option(16, min=1, help="Per run; a multiple of --concurrency."),
     input_len: int = typer.Option(128, min=8),
     output_len: int = typer.Option(64, min=1),
-    repeats: int = typer.Option(1, min=1, help="Alternating vllm/ours runs, averaged."),
+    repeats: int = typer.Option(
+        3, min=1, help="Pairs of runs (vllm, ours), the order alternating pair by pair."
+    ),
+    seed: int | None = typer.Option(
+        None,
+        help="Dataset seed of the first run, run k uses seed+k (default: a fresh one, "
+        "so no prompt is already in the server's prefix cache).",
+    ),
+    retries: int | None = typer.Option(
+        None,
+        min=0,
+        help="Extra pairs when the engine served another client during a pair "
+        "(not compared; default: --repeats).",
+    ),
     out: Path = typer.Option(Path("bench/results/requests")),
 ) -> None:
     """vllm bench serve against the endpoint, cross-checked with our harness."""
@@ -230,7 +246,7 @@ def requests_cmd(
         req = asyncio.run(
             _crosscheck(
                 base_url, _key(api_key), model, tokenizer, concurrency, num_prompts,
-                input_len, output_len, repeats, out,
+                input_len, output_len, repeats, out, seed, retries,
             )
         )  # fmt: skip
     except BenchError as exc:
@@ -248,24 +264,57 @@ def requests_cmd(
     )
     for p in write_report(result, out):
         typer.echo(f"wrote {p}")
-    v, o, c = req["vllm"], req["ours"], req["comparison"]
-    typer.echo(
-        f"vllm bench serve: TTFT mean {v.get('mean_ttft_ms', 0):.0f} ms, median "
-        f"{v.get('median_ttft_ms', 0):.0f} ms, output {v.get('output_throughput', 0):.2f} tok/s"
-    )
-    typer.echo(
-        f"our harness:      TTFT mean {1e3 * (o.get('ttft_mean_s') or 0):.0f} ms, median "
-        f"{1e3 * (o.get('ttft_p50_s') or 0):.0f} ms, output {o.get('output_tok_s') or 0:.2f} tok/s"
-    )
-    typer.echo(
-        f"CROSSCHECK ours/vllm: TTFT median {_r(c['ttft_median_ratio'])}, mean "
-        f"{_r(c['ttft_mean_ratio'])}, output tok/s {_r(c['output_tok_s_ratio'])} -> "
-        f"{'within 10 %' if c['within_10pct'] else 'NOT within 10 %'}"
-    )
+    for line in crosscheck_lines(req):
+        typer.echo(line)
 
 
-def _r(v: object) -> str:
-    return f"{v:.3f}" if isinstance(v, float) else "n/a"
+_LABELS = {
+    "ttft_median_s": "TTFT median",
+    "ttft_mean_s": "TTFT mean",
+    "output_tok_s": "output tok/s",
+}
+
+
+def crosscheck_lines(req: dict[str, Any]) -> list[str]:
+    """The runs one per line (with what the engine served meanwhile), then ours / vLLM per
+    metric over the clean pairs: each pair, min, max, pooled, and both harnesses'
+    run-to-run spread; the last line is the verdict."""
+    from bench.load.requests import METRICS
+
+    lines = []
+    for r in req["runs"]:
+        f, eng = r["figures"], r.get("engine") or {}
+        mark = "" if r.get("pair_clean") is not False else "  (pair not compared: see engine)"
+        gap = (
+            1e3 * (f["ttft_mean_s"] - eng["ttft_s"])
+            if f.get("ttft_mean_s") is not None and eng.get("ttft_s") is not None
+            else None
+        )
+        lines.append(
+            f"run {r['pair']} {r['harness']:<4} seed {r['seed']}: TTFT median "
+            f"{_x(f['ttft_median_s'], 3)} s, mean {_x(f['ttft_mean_s'], 3)} s, output "
+            f"{_x(f['output_tok_s'])} tok/s | engine: requests {_x(r.get('engine_requests'), 0)}"
+            f", in flight before/after {r.get('engine_in_flight', '-')}, TTFT mean "
+            f"{_x(eng.get('ttft_s'), 3)} s (client {_x(gap, 0)} ms later), decode "
+            f"{_x(eng.get('decode_s'))} s/request, prefix-cache hits "
+            f"{_x(r.get('prefix_cache_hit_rate'))}{mark}"
+        )
+    c = req["comparison"]
+    for m in METRICS:
+        pairs = " ".join(_x(v, 3) for v in c[f"{m}_ratios"])
+        lines.append(
+            f"ours/vllm {_LABELS[m]:<12}: pairs {pairs}  min {_x(c[f'{m}_ratio_min'], 3)} "
+            f"max {_x(c[f'{m}_ratio_max'], 3)} pooled {_x(c[f'{m}_ratio_pooled'], 3)}  "
+            f"(run-to-run max/min: vllm {_x(c[f'{m}_vllm_spread'], 3)}, "
+            f"ours {_x(c[f'{m}_ours_spread'], 3)})"
+        )
+    verdict = "within 10 %" if c["within_10pct"] else "NOT within 10 %"
+    lines.append(
+        f"CROSSCHECK ours/vllm, {c['pairs']} clean pair(s) of {c['pairs_run']} run: "
+        f"{verdict} in every pair on TTFT median, TTFT mean and output tok/s (pooled: "
+        f"{'within' if c['within_10pct_pooled'] else 'NOT within'} 10 %)"
+    )
+    return lines
 
 
 @app.command()
