@@ -11,7 +11,10 @@ structured-output backend enforces token by token. Two gaps are closed here:
   are marked ``exact=False``: their output is still checked with jsonschema, and a failure is
   retried or refused, never passed on.
 
-`tool_call_regex` wraps argument regexes into Qwen/Hermes' ``<tool_call>`` envelope.
+Used by the ``outlines`` constraint backend (`serving.backend_outlines`: `name_regex` for a
+call's head, `arguments_regex` for its arguments) and for client ``response_format`` /
+``structured_outputs`` schemas (`serving.client_constraints`). The grammar backends
+(``guidance``, the default, and ``xgrammar``) take the JSON Schema itself.
 """
 
 from __future__ import annotations

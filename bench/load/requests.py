@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench._client import percentile
+from bench.common import percentile
 from bench.load import BenchError
 from bench.load.scenario import Scenario, parse_scenario
 
