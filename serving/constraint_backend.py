@@ -12,7 +12,7 @@ engine.
   a call in two requests (head, then arguments), ``auto`` by watching free text.
 
 Every grammar backend compiles a turn's constraint **itself first**, in a worker process with
-a deadline and a memory ceiling (`GrammarChecker`), with the engine's own library and the
+a deadline and a memory ceiling (`serving.grammar_checker`), with the engine's own library and the
 model's vocabulary: vLLM has no timeout on compiling JSON-schema or structural-tag grammars,
 so a pathological one must never reach it. Verdicts are cached (agents resend the same tools
 every step). Whatever a backend does not enforce exactly is still validated with jsonschema
@@ -23,20 +23,14 @@ refused at admission (`refuse_unenforceable`).
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import logging
-import multiprocessing
 import re
-import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from serving.compile_worker import too_complex
 from serving.exceptions import InvalidRequest
 
 logger = logging.getLogger(__name__)
@@ -44,8 +38,6 @@ logger = logging.getLogger(__name__)
 BackendName = Literal["xgrammar", "guidance", "outlines"]
 ToolMode = Literal["required", "named", "auto"]
 DEFAULT_BACKEND: BackendName = "guidance"
-WORKER_MEMORY = 4 << 30
-STARTUP_S = 60.0  # a fresh worker loads the model's vocabulary (torch, transformers: ~10 s)
 # Keywords no backend enforces token by token (or enforces only in part): their output is
 # validated before it leaves, so it is never streamed as generated.
 INEXACT_KEYWORDS = frozenset(
@@ -70,6 +62,14 @@ class TurnSpec:
 
     def key(self) -> str:
         return json.dumps([self.mode, self.parallel, self.tools], sort_keys=True, default=str)
+
+
+class Checker(Protocol):
+    """Compiles a grammar backend's payload first, bounded (`serving.grammar_checker`)."""
+
+    async def check(self, payload: str, *, what: str) -> None: ...
+    def warm(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class ConstraintBackend(Protocol):
@@ -155,138 +155,13 @@ def refuse_unenforceable(schema: Any, *, what: str) -> None:
             )
 
 
-# --------------------------------------------------------------------------- bounded check
-# What runs in the worker: set up once by `_init_worker`, then `_check_in_worker` per spec.
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(backend: str, tokenizer_path: str | None, memory: int) -> None:
-    import resource
-
-    from serving.launcher import exit_with_parent
-
-    exit_with_parent()  # a kill -9 of the server must not leave this worker behind
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    except (ValueError, OSError):  # e.g. macOS: the deadline remains
-        pass
-    _WORKER["check"] = _checker(backend, tokenizer_path)
-
-
-def _checker(backend: str, tokenizer_path: str | None) -> Callable[[str], str | None]:
-    if backend == "xgrammar":
-        from serving.backend_xgrammar import make_checker
-    else:
-        from serving.backend_guidance import make_checker
-    return make_checker(tokenizer_path)
-
-
-def _check_in_worker(payload: str) -> str | None:
-    try:
-        return _WORKER["check"](payload)  # type: ignore[no-any-return]
-    except MemoryError:
-        return "compiling it exhausted the worker's memory"
-
-
-class GrammarChecker:
-    """Compiles a backend's grammar against the model's vocabulary under a deadline.
-
-    ``process`` (the server): one spawned worker with an address-space limit, killed and
-    replaced when a compile overruns; ``thread`` (unit tests): the same check in a thread.
-    """
-
-    def __init__(
-        self,
-        backend: str,
-        tokenizer_path: str | None,
-        *,
-        timeout_s: float = 10.0,
-        mode: Literal["process", "thread"] = "process",
-    ) -> None:
-        self.backend, self.tokenizer_path = backend, tokenizer_path
-        self.timeout_s, self.mode = timeout_s, mode
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self._local: Callable[[str], str | None] | None = None
-        self._local_lock = threading.Lock()
-        self._slots: asyncio.Semaphore | None = None
-        self._ready = False  # the worker (or thread) has loaded the vocabulary
-
-    def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(self.backend, self.tokenizer_path, WORKER_MEMORY),
-            )
-        return self._pool
-
-    def _thread_check(self, payload: str) -> str | None:
-        with self._local_lock:
-            if self._local is None:
-                self._local = _checker(self.backend, self.tokenizer_path)
-        return self._local(payload)
-
-    def warm(self) -> None:
-        """Start the worker and load the vocabulary now, not on the first tool request."""
-        if self.mode == "process":
-            future = self._executor().submit(_check_in_worker, "")
-            future.add_done_callback(lambda f: self._mark_ready(f.exception() is None))
-
-    def _mark_ready(self, ok: bool) -> None:
-        if not ok:
-            logger.warning("the %s constraint checker could not load the vocabulary of %s",
-                           self.backend, self.tokenizer_path)  # fmt: skip
-        self._ready = self._ready or ok
-
-    async def check(self, payload: str, *, what: str) -> None:
-        loop = asyncio.get_running_loop()
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(1)
-        async with self._slots:
-            if self.mode == "thread":
-                future = loop.run_in_executor(None, self._thread_check, payload)
-            else:
-                future = asyncio.wrap_future(self._executor().submit(_check_in_worker, payload))
-            try:  # the first check also waits for the worker's start (vocabulary load)
-                startup = 0.0 if self._ready else STARTUP_S
-                error = await asyncio.wait_for(future, timeout=self.timeout_s + startup)
-                self._ready = True
-            except TimeoutError as exc:
-                logger.warning("compiling %s overran %.0f s: refused", what, self.timeout_s)
-                self._replace_pool()
-                self.warm()  # the next request finds a worker ready
-                raise too_complex(what, f"compiling it took over {self.timeout_s:.0f} s") from exc
-            except BrokenProcessPool as exc:
-                self._replace_pool()
-                raise too_complex(what, "compiling it exhausted the worker's memory") from exc
-        if error is not None:
-            raise InvalidRequest(
-                f"{what} cannot be enforced by the {self.backend} backend: {error[:300]}",
-                param=what,
-                code="invalid_schema",
-            )
-
-    def _replace_pool(self) -> None:
-        pool, self._pool = self._pool, None
-        self._ready = self._ready and self.mode == "thread"
-        if pool is None:
-            return
-        for proc in list(getattr(pool, "_processes", {}).values()):  # no public kill
-            proc.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
-
-    def close(self) -> None:
-        self._replace_pool()
-
-
 class GrammarBackend:
     """What the xgrammar and guidance backends share: admission with a verdict cache."""
 
     name: BackendName
     single_request = True
 
-    def __init__(self, checker: GrammarChecker, *, cache_size: int = 512) -> None:
+    def __init__(self, checker: Checker, *, cache_size: int = 512) -> None:
         self.checker = checker
         self._verdicts: OrderedDict[str, dict[str, Any] | InvalidRequest] = OrderedDict()
         self._size = cache_size
@@ -330,24 +205,3 @@ class GrammarBackend:
 
     def close(self) -> None:
         self.checker.close()
-
-
-def make_backend(
-    name: BackendName,
-    tokenizer_path: str | None,
-    *,
-    timeout_s: float = 10.0,
-    mode: Literal["process", "thread"] = "process",
-) -> ConstraintBackend:
-    if name == "outlines":
-        from serving.backend_outlines import OutlinesBackend
-
-        return OutlinesBackend()
-    checker = GrammarChecker(name, tokenizer_path, timeout_s=timeout_s, mode=mode)
-    if name == "xgrammar":
-        from serving.backend_xgrammar import XGrammarBackend
-
-        return XGrammarBackend(checker)
-    from serving.backend_guidance import GuidanceBackend
-
-    return GuidanceBackend(checker)

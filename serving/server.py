@@ -35,11 +35,11 @@ from serving.backend_guidance import GuidanceBackend, special_tag_ids
 from serving.chat import ChatService
 from serving.compile_worker import SchemaCompiler
 from serving.config import ServerSettings
-from serving.constraint_backend import make_backend
 from serving.embeddings import EmbeddingService
 from serving.engine import VLLMEngine, read_engine_key
 from serving.engine_process import ensure_port_free
 from serving.exceptions import EnginePortInUse
+from serving.grammar_checker import make_backend
 from serving.hardware import default_model, detect_hardware, vllm_launch
 from serving.limits import Limits
 from serving.metrics import Metrics

@@ -90,7 +90,8 @@ def main() -> None:
 
 def toolset(backend: str, n: int, model_path: str | None) -> None:
     from serving.config import ServerSettings
-    from serving.constraint_backend import TurnSpec, make_backend
+    from serving.constraint_backend import TurnSpec
+    from serving.grammar_checker import make_backend
     from serving.model_store import ensure_offline_default
 
     path = model_path or str(ensure_offline_default(ServerSettings().home))

@@ -15,9 +15,9 @@ from serving.constraint_backend import (
     ConstraintBackend,
     TurnSpec,
     exact_for_grammar,
-    make_backend,
 )
 from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, stem_groups
+from serving.grammar_checker import make_backend
 from serving.turn import ContentDelta, TurnParser
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import (
