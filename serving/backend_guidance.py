@@ -123,12 +123,13 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
         lines.append(r"END: /[ \t\n]{0,16}/")
         lines.append(f"ARGS: {_regex(envelope.ARGUMENTS_LEAD)}")
     else:
-        sep, close = _lit(envelope.CALL_SEPARATOR), _lit(envelope.TOOL_CALL_CLOSE)
-        if tag_ids:
-            sep, close = f'"\\n" {closed} "\\n" {opened} "\\n"', f'"\\n" {closed}'
+        opened = opened or _lit(envelope.CALL_TAGS[0])  # one lexeme each: `</tool_call>`
+        closed = closed or _lit(envelope.CALL_TAGS[1])  # may end the turn or lead to another
+        sep, close = f'"\\n" {closed} "\\n" {opened} "\\n"', f'"\\n" {closed}'
         rest = f" ({sep} call)*" if spec.parallel else ""
-        # after the last call the model may close its tag, and must then end
-        lines.append(f"start: call{rest} ({close})?")
+        # after the last call the model may close its tag (and a newline), and must then end;
+        # without the newline a model writing one after the tag was forced into another call
+        lines.append(f'start: call{rest} ({close} "\\n"?)?')
         lines.append(f"call: {calls}")
     return "\n".join(lines) + "\n"
 

@@ -155,6 +155,10 @@ def test_guidance_grammar_enforces_the_same_turns() -> None:
     assert not accepts(number, '{"name": "n", "arguments": {"x": 0.0000001')  # finite decimals
     assert not accepts(required, "text")
     assert accepts(required, add + TOOL_CALL_CLOSE)  # then the end
+    one = TurnSpec("required", PARAMS, parallel=True)
+    for end in ("", TOOL_CALL_CLOSE, TOOL_CALL_CLOSE + "\n"):  # each may end the turn
+        m = llg.LLMatcher(tok, llg.grammar_from("grammar", lark_grammar(one)))
+        assert m.consume_tokens(list((add + end).encode())) and m.is_accepting(), end
     assert not accepts(required, add + TOOL_CALL_CLOSE + " more")
 
 
