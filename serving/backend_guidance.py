@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from serving import envelope
-from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec
+from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec, map_schema
 
 # One line, with the separators the model writes everywhere else (``{"city": "Paris", "days":
 # 5}``): whitespace left free let a small model loop on it (llguidance repeats its whitespace
@@ -50,14 +50,10 @@ def _finite_numbers(node: Any) -> Any:
     which llguidance enforces): under ``exclusiveMinimum: 0`` a small model wanting 0 wrote
     ``0.000…`` until ``max_tokens``; objects with listed properties take only those. A sound
     subset: the output is validated against the client's schema anyway."""
-    if isinstance(node, list):
-        return [_finite_numbers(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {
-        k: v if k in ("enum", "const", "default", "examples") else _finite_numbers(v)
-        for k, v in node.items()
-    }
+    return map_schema(node, _tighten)
+
+
+def _tighten(node: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
     kind = node.get("type")
     is_number = kind == "number" or (isinstance(kind, list) and "number" in kind)
     if is_number and "multipleOf" not in node:

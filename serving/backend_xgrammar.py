@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from serving import envelope
-from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec
+from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec, map_schema
 
 MAX_WHITESPACE = 24
 _LOCATION = re.compile(r"^\[[^\]]*\] \S+:\d+: ")  # "[12:00:00] /project/cpp/x.cc:83: "
@@ -39,16 +39,12 @@ def relaxed(schema: Any) -> Any:
     """`schema` without counted bounds above `MAX_COUNTED`: XGrammar unrolls them, and its
     ahead-of-time mask compile then takes seconds per bound (``maxLength: 1011``: 29 s on one
     busy core here). What is dropped is validated after generation instead."""
-    if isinstance(schema, list):
-        return [relaxed(v) for v in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {}
-    for k, v in schema.items():
-        if k in _COUNTS and isinstance(v, int) and v > MAX_COUNTED:
-            continue
-        out[k] = v if k in ("enum", "const", "default", "examples") else relaxed(v)
-    return out
+
+    def drop(node: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in out.items()
+                if not (k in _COUNTS and isinstance(v, int) and v > MAX_COUNTED)}  # fmt: skip
+
+    return map_schema(schema, drop)
 
 
 def _arguments(schema: Any) -> dict[str, Any]:

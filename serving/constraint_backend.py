@@ -27,7 +27,7 @@ import json
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -99,6 +99,29 @@ def exact_for_grammar(schema: Any) -> bool:
     return not any(INEXACT_KEYWORDS & node.keys() for node in walk(schema))
 
 
+_LITERAL_KEYS = ("enum", "const", "default", "examples")  # values, not subschemas
+
+
+def map_schema(node: Any, visit: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]) -> Any:
+    """A copy of a JSON Schema with `visit(original, copy)` applied to every subschema, inner
+    ones first. Literal values (``enum``, ``const``, ...) are kept as they are, and the maps of
+    named subschemas (``properties``, ``$defs``, ...) are walked by value, never visited as
+    schemas themselves (a property may be named ``type`` or ``enum``)."""
+    if isinstance(node, list):
+        return [map_schema(v, visit) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k in _LITERAL_KEYS:
+            out[k] = v
+        elif k in _NAMED_SUBSCHEMAS and isinstance(v, dict):
+            out[k] = {n: map_schema(x, visit) for n, x in v.items()}
+        else:
+            out[k] = map_schema(v, visit)
+    return visit(node, out)
+
+
 def _valid_regex(pattern: str) -> bool:
     try:
         re.compile(pattern)
@@ -111,24 +134,12 @@ def without_patterns(spec: TurnSpec) -> TurnSpec | None:
     """`spec` with every valid ``pattern`` left out of the constraint (``pattern`` is inexact:
     a call is validated against the client's schema before it leaves), or None if none."""
 
-    def drop(node: Any) -> Any:
-        if isinstance(node, list):
-            return [drop(v) for v in node]
-        if not isinstance(node, dict):
-            return node
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            if k == "pattern" and isinstance(v, str) and _valid_regex(v):
-                continue  # an invalid one stays: its refusal is the answer
-            if k in ("enum", "const", "default", "examples"):
-                out[k] = v
-            elif k in _NAMED_SUBSCHEMAS and isinstance(v, dict):  # names, not keywords
-                out[k] = {n: drop(x) for n, x in v.items()}
-            else:
-                out[k] = drop(v)
-        return out
+    def drop(node: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+        # an invalid pattern stays: its refusal is the answer
+        return {k: v for k, v in out.items()
+                if not (k == "pattern" and isinstance(v, str) and _valid_regex(v))}  # fmt: skip
 
-    tools = {name: drop(schema) for name, schema in spec.tools.items()}
+    tools = {name: map_schema(schema, drop) for name, schema in spec.tools.items()}
     return TurnSpec(spec.mode, tools, spec.parallel) if tools != spec.tools else None
 
 

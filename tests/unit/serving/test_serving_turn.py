@@ -335,3 +335,21 @@ async def test_a_pattern_the_library_cannot_compile_is_validated_instead() -> No
     backend = make_backend("guidance", None, mode="thread")
     body = await backend.admit(spec, what="tools")
     assert "waba" not in body["grammar"] and '"arn"' in body["grammar"]
+
+
+def test_schema_transforms_walk_named_properties_as_schemas() -> None:
+    """A property may be named like a keyword: its schema is still walked, the map never
+    read as a schema (one walk, `map_schema`, under every backend's transform)."""
+    from serving.backend_guidance import _finite_numbers
+    from serving.backend_xgrammar import relaxed
+    from serving.constraint_backend import without_patterns
+
+    tricky = {"type": "object", "properties": {
+        "enum": {"type": "string", "pattern": "^a+$", "maxLength": 500},
+        "type": {"type": "number"}}}  # fmt: skip
+    spec = without_patterns(TurnSpec("required", {"t": tricky}, parallel=False))
+    assert spec is not None and "pattern" not in spec.tools["t"]["properties"]["enum"]
+    assert "maxLength" not in relaxed(tricky)["properties"]["enum"]
+    tight = _finite_numbers(tricky)
+    assert tight["properties"]["type"]["multipleOf"] == 0.000001
+    assert "multipleOf" not in tight["properties"] and "enum" in tight["properties"]
