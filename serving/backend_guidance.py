@@ -43,13 +43,18 @@ _OPEN_OBJECT_KEYS = frozenset(
      "minProperties", "maxProperties", "allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"}
 )  # fmt: skip
 NUMBER_STEP = 0.000001  # numbers get at most 6 decimals: a model cannot write 0.000... forever
+# integers get at most 19 digits (int64 but its last 2.5 %; llguidance reads bounds as f64, in
+# which 2**63 - 1 is not exact): unbounded, the 0.5B wrote `"MaximumLength": 1000000…` until
+# max_tokens
+INTEGER_BOUND = 9 * 10**18
 
 
 def _finite_numbers(node: Any) -> Any:
     """A copy of `node` whose numbers have a finite number of decimals (``multipleOf``,
     which llguidance enforces): under ``exclusiveMinimum: 0`` a small model wanting 0 wrote
-    ``0.000…`` until ``max_tokens``; objects with listed properties take only those. A sound
-    subset: the output is validated against the client's schema anyway."""
+    ``0.000…`` until ``max_tokens``; integers at most 19 digits; objects with listed
+    properties take only those; a ``pattern`` must match the whole string. A sound subset:
+    the output is validated against the client's schema anyway."""
     return map_schema(node, _tighten)
 
 
@@ -58,6 +63,11 @@ def _tighten(node: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
     is_number = kind == "number" or (isinstance(kind, list) and "number" in kind)
     if is_number and "multipleOf" not in node:
         out["multipleOf"] = NUMBER_STEP
+    if kind == "integer" or (isinstance(kind, list) and "integer" in kind and not is_number):
+        if "maximum" not in node and "exclusiveMaximum" not in node:
+            out["maximum"] = INTEGER_BOUND
+        if "minimum" not in node and "exclusiveMinimum" not in node:
+            out["minimum"] = -INTEGER_BOUND
     props, required = node.get("properties"), node.get("required", [])
     listed = set(props) if isinstance(props, dict) else None
     closable = listed is not None and isinstance(required, list) and set(required) <= listed
@@ -66,6 +76,15 @@ def _tighten(node: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
         # 0.5B wandered into invented keys (`"additionalProperties": false` as a value)
         # until max_tokens
         out["additionalProperties"] = False
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and "^" not in pattern and "$" not in pattern:
+        # JSON Schema's pattern is a search: under `[a-zA-Z0-9]{30,40}` any string holding 30
+        # alphanumerics in a row is valid, so once the model had written some, the rest of
+        # the string was free and the 0.5B filled it (hex, copies of the other arguments)
+        # until max_tokens. A whole-string match is a subset of the search, as the outlines
+        # path reads patterns and as most schema authors mean them (botocore's do). Patterns
+        # that name an anchor themselves keep their own reading.
+        out["pattern"] = f"^(?:{pattern})$"
     return out
 
 

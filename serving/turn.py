@@ -192,7 +192,9 @@ async def turn_events(
         tally.tokens, tally.finish = 0, "stop"
         parser = TurnParser(turn.names, max_calls=16 if turn.parallel else 1, text=turn.auto)
         held: list[CallEvent] = []
+        raw: list[str] = []
         async for delta in stream(body, tally):
+            raw.append(delta)
             for ev in parser.feed(delta):
                 if isinstance(ev, ContentDelta):
                     if attempt == 0:  # text before a call is never regenerated for
@@ -205,6 +207,8 @@ async def turn_events(
             if attempt == 0:
                 yield ev
         spent += tally.tokens
+        if tally.finish == "length":
+            logger.debug("turn cut at max_tokens; the engine wrote %r", "".join(raw)[-1500:])
         calls = [c for c in parser.calls if c.complete]
         found = [(c, await problems(c)) for c in calls]
         bad = [f"{c.name}: {p}" for c, ps in found for p in ps]

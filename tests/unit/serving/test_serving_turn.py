@@ -152,6 +152,11 @@ def test_guidance_grammar_enforces_the_same_turns() -> None:
     number = TurnSpec("required", {"n": {"type": "object", "properties": {"x": {
         "type": "number", "exclusiveMinimum": 0}}}}, parallel=False)  # fmt: skip
     assert accepts(number, '{"name": "n", "arguments": {"x": 0.000001}}')
+    count = TurnSpec("required", {"n": {"type": "object", "properties": {"x": {
+        "type": "integer", "minimum": 0}}}}, parallel=False)  # fmt: skip
+    assert accepts(count, '{"name": "n", "arguments": {"x": 8999999999999999999}}')
+    assert not accepts(count, '{"name": "n", "arguments": {"x": 10000000000000000000')  # digits
+    assert not accepts(count, '{"name": "n", "arguments": {"x": -1}}')
     assert not accepts(number, '{"name": "n", "arguments": {"x": 0.0000001')  # finite decimals
     assert not accepts(required, "text")
     assert accepts(required, add + TOOL_CALL_CLOSE)  # then the end
@@ -316,6 +321,31 @@ def test_guidance_objects_take_only_their_listed_properties() -> None:
         assert _finite_numbers(open_).get("additionalProperties") == open_.get(
             "additionalProperties"
         )
+
+
+def test_guidance_patterns_match_the_whole_string() -> None:
+    """A search pattern left the rest of the string free (the model filled it until
+    max_tokens): the grammar reads an unanchored pattern as a whole-string match, a subset."""
+    llg = pytest.importorskip("llguidance")
+    from serving.backend_guidance import _ByteTokenizer, _finite_numbers
+
+    tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
+
+    def accepts(pattern: str, value: str) -> bool:
+        node = {"type": "string", "pattern": pattern}
+        schema = {"type": "object", "properties": {"a": node}, "required": ["a"]}
+        spec = TurnSpec("required", {"t": schema}, parallel=False)
+        m = llg.LLMatcher(tok, llg.grammar_from("grammar", lark_grammar(spec)))
+        call = json.dumps({"name": "t", "arguments": {"a": value}})
+        return bool(m.consume_tokens(list(call.encode()))) and m.is_accepting()
+
+    assert accepts("[a-z0-9]{3,5}", "ab12") and not accepts("[a-z0-9]{3,5}", "ab12-and-more")
+    assert not accepts("[0-9]+", "x123y") and accepts("[0-9]+", "123")
+    assert accepts("arn:.*", "arn:aws:s3") and not accepts("arn:.*", "my arn:aws")
+    # a pattern that spells an anchor (or a negated class) keeps its own reading
+    assert accepts("^id-", "id-anything after") and accepts("[^,]+", "a,b")
+    node = {"type": "object", "properties": {"pattern": {"type": "string", "pattern": "a|b"}}}
+    assert _finite_numbers(node)["properties"]["pattern"]["pattern"] == "^(?:a|b)$"
 
 
 async def test_a_pattern_the_library_cannot_compile_is_validated_instead() -> None:
