@@ -2,11 +2,12 @@
 
 The tables mirror the SQLite ledger's (``memory.schema``) with three differences:
 
-* keyword recall is a ``tsvector`` column (``english`` configuration) in place of FTS5,
-  matched through ``postings`` (user, lexeme, rowid: a btree), which triggers keep in step
-  with ``records``. Not a GIN index on ``tsv``: ``@@`` is not LEAKPROOF, so under row-level
-  security Postgres may not use it as an index condition and scanned every record of the
-  user instead (1.3 s per query at 1M records); the btree's ``text =`` is LEAKPROOF;
+* keyword recall goes through ``postings`` (user, lexeme, rowid: a btree) of the active
+  records, in place of FTS5; triggers fill it from a ``tsvector`` column (``english``
+  configuration) of ``records``. Not a GIN index on ``tsv``: ``@@`` is not LEAKPROOF, so
+  under row-level security Postgres may not use it as an index condition and scanned every
+  record of the user instead (1.3 s per query at 1M records); the btree's ``text =`` is
+  LEAKPROOF;
 * the change log's ``seq`` is not a sequence but a counter row (``change_seq``) bumped at the
   very end of each writing transaction: its row lock orders the commits, so seqs are
   consecutive (a rolled-back transaction leaves no gap) and become visible in order, which
@@ -135,9 +136,9 @@ CREATE TABLE IF NOT EXISTS user_terms (
 """ + "".join(_policy(t) for t in RLS_TABLES[:6])
 
 
-#: Keyword postings, kept by statement triggers on ``records`` (every insert path, the
-#: SQLite migration's included). Records are never re-texted, only superseded or deleted;
-#: a superseded record's postings stay (the keyword query keeps only active records).
+#: Keyword postings of the active records, kept by triggers on ``records`` (every insert
+#: path, the SQLite migration's included): added with the record, removed when it is
+#: superseded or deleted. Records are never re-texted, and nothing un-supersedes one.
 _V2 = """
 SELECT set_config('loopstack.user_id', '*', true);
 CREATE TABLE IF NOT EXISTS postings (
@@ -150,6 +151,7 @@ CREATE OR REPLACE FUNCTION postings_add() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO postings(user_id, term, rowid)
     SELECT n.user_id, t, n.rowid FROM new_rows n, unnest(tsvector_to_array(n.tsv)) t
+    WHERE n.superseded_by IS NULL
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END $$;
@@ -160,14 +162,25 @@ BEGIN
       AND p.term = ANY(tsvector_to_array(o.tsv));
     RETURN NULL;
 END $$;
+CREATE OR REPLACE FUNCTION postings_sup() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM postings WHERE user_id = OLD.user_id AND rowid = OLD.rowid
+      AND term = ANY(tsvector_to_array(OLD.tsv));
+    RETURN NULL;
+END $$;
 DROP TRIGGER IF EXISTS records_postings_add ON records;
 CREATE TRIGGER records_postings_add AFTER INSERT ON records
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION postings_add();
 DROP TRIGGER IF EXISTS records_postings_del ON records;
 CREATE TRIGGER records_postings_del AFTER DELETE ON records
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION postings_del();
+DROP TRIGGER IF EXISTS records_postings_sup ON records;
+CREATE TRIGGER records_postings_sup AFTER UPDATE OF superseded_by ON records FOR EACH ROW
+    WHEN (OLD.superseded_by IS NULL AND NEW.superseded_by IS NOT NULL)
+    EXECUTE FUNCTION postings_sup();
 INSERT INTO postings(user_id, term, rowid)
 SELECT r.user_id, t, r.rowid FROM records r, unnest(tsvector_to_array(r.tsv)) t
+WHERE r.superseded_by IS NULL
 ON CONFLICT DO NOTHING;
 DROP INDEX IF EXISTS records_tsv;
 """ + _policy("postings")
