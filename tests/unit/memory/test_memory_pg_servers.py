@@ -199,6 +199,7 @@ async def test_row_level_security_is_a_boundary(postgres: LocalPostgres, tmp_pat
             f"SELECT text FROM records WHERE rowid = {alice.rowid}",
             f"SELECT vec FROM vectors WHERE rowid = {alice.rowid}",
             "SELECT * FROM user_terms WHERE user_id = 'alice'",
+            "SELECT * FROM postings WHERE user_id = 'alice'",
             "SELECT * FROM changes WHERE user_id = 'alice'",
         ):
             assert conn.execute(sql).fetchall() == [], sql
