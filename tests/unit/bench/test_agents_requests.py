@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -292,12 +293,20 @@ def test_ours_run_sends_the_dataset_as_vllm_would() -> None:
     from tests.unit.bench.test_agents_harness import FakeServer, httpx
 
     server = FakeServer()
-    http = httpx.AsyncClient(transport=httpx.MockTransport(server))
+    seen: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(time.perf_counter())
+        return await server(request)
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     data = [{"prompt": f"prompt {i}", "prompt_len": 2, "output_len": 64} for i in range(4)]
     load = _load(num_prompts=4, concurrency=2, output_len=64, seed=42)
     run = asyncio.run(rq._ours_run(load, data, None, http))
     warm, *sent = server.bodies
     assert warm["max_tokens"] == 1  # the warm-up, before the timed run
+    # then the engine is left idle, as vLLM's bench leaves it, before the first wave
+    assert seen[1] - seen[0] >= rq.IDLE_BEFORE_RUN_S
     assert sorted(b["messages"][0]["content"] for b in sent) == [d["prompt"] for d in data]
     for b in sent:  # one user message, vLLM's sampling and length, streamed with usage
         assert len(b["messages"]) == 1 and b["messages"][0]["role"] == "user"
