@@ -19,7 +19,9 @@ sides send the same requests:
 - the same sampling: ``--temperature`` is sent by both (vLLM's bench otherwise leaves it
   to the server, whose default samples at 1.0 while our scenario decodes greedily);
 - the same ``max_tokens`` with ``ignore_eos``, concurrency and request count, and a
-  one-token warm-up first (the openai client's one-off set-up stays out of the TTFT).
+  one-token warm-up first (the openai client's one-off set-up stays out of the TTFT), then
+  a second of idle engine, as vLLM's bench leaves it before its main run (at concurrency 4
+  the split of the first wave's prefills holds for the whole run and sets its median).
 
 Runs alternate (vllm, ours), (ours, vllm), ... so drift on a shared machine favours
 neither.  Every run is bracketed by ``/metrics`` scrapes (``engine_check``): a pair during
