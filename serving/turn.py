@@ -192,9 +192,11 @@ async def turn_events(
         tally.tokens, tally.finish = 0, "stop"
         parser = TurnParser(turn.names, max_calls=16 if turn.parallel else 1, text=turn.auto)
         held: list[CallEvent] = []
-        raw: list[str] = []
+        # what the engine wrote, kept only for the debug line of a turn cut at max_tokens
+        raw: list[str] | None = [] if logger.isEnabledFor(logging.DEBUG) else None
         async for delta in stream(body, tally):
-            raw.append(delta)
+            if raw is not None:
+                raw.append(delta)
             for ev in parser.feed(delta):
                 if isinstance(ev, ContentDelta):
                     if attempt == 0:  # text before a call is never regenerated for
@@ -207,7 +209,7 @@ async def turn_events(
             if attempt == 0:
                 yield ev
         spent += tally.tokens
-        if tally.finish == "length":
+        if raw is not None and tally.finish == "length":
             logger.debug("turn cut at max_tokens; the engine wrote %r", "".join(raw)[-1500:])
         calls = [c for c in parser.calls if c.complete]
         found = [(c, await problems(c)) for c in calls]
