@@ -41,15 +41,8 @@ ALL = "*"
 CHANNEL = "loopstack_memory"
 
 #: Tables whose rows belong to one user, each protected by the ``scope`` policy.
-RLS_TABLES = (
-    "records",
-    "vectors",
-    "changes",
-    "observations",
-    "events",
-    "user_terms",
-    "postings",
-)
+_V1_TABLES = ("records", "vectors", "changes", "observations", "events", "user_terms")
+RLS_TABLES = (*_V1_TABLES, "postings")  # postings: schema v2
 
 _POLICY = (
     "user_id = current_setting('loopstack.user_id', true) "
@@ -133,7 +126,7 @@ CREATE TABLE IF NOT EXISTS user_terms (
     df      INTEGER NOT NULL,
     PRIMARY KEY (user_id, term)
 );
-""" + "".join(_policy(t) for t in RLS_TABLES[:6])
+""" + "".join(_policy(t) for t in _V1_TABLES)
 
 
 #: Keyword postings of the active records, kept by triggers on ``records`` (every insert
