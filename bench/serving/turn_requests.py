@@ -83,6 +83,11 @@ def turn(
     return time.perf_counter() - started, r.json()
 
 
+def _tokens(resp: dict[str, Any]) -> Any:
+    """Completion tokens of a reply: equal on both steps, or the gap is not the compile."""
+    return (resp.get("usage") or {}).get("completion_tokens", "?")
+
+
 def corpus_tools(n: int, suffix: str) -> list[Any]:
     entries = [json.loads(line) for line in CORPUS.read_text().splitlines()][:n]
     tools = []
@@ -120,10 +125,11 @@ def main() -> None:
         gaps = []
         for _ in range(args.cold):
             fresh = [WEATHER, *corpus_tools(args.tools, "_" + secrets.token_hex(3))]
-            cold, _ = turn(client, model, fresh, "required", 3, secrets.token_hex(8))
-            warm, _ = turn(client, model, fresh, "required", 3, secrets.token_hex(8))
+            cold, c = turn(client, model, fresh, "required", 3, secrets.token_hex(8))
+            warm, w = turn(client, model, fresh, "required", 3, secrets.token_hex(8))
             gaps.append(cold - warm)
-            print(f"new tool set ({len(fresh)} tools): cold {cold:.2f} s, warm {warm:.2f} s")
+            print(f"new tool set ({len(fresh)} tools): cold {cold:.2f} s, warm {warm:.2f} s "
+                  f"(tokens out {_tokens(c)} / {_tokens(w)})")  # fmt: skip
         print(f"cold minus warm (no prefix cache on either): median "
               f"{statistics.median(gaps):.2f} s, min {min(gaps):.2f}, max {max(gaps):.2f} "
               f"over {len(gaps)} sets")  # fmt: skip
