@@ -19,9 +19,12 @@ sides send the same requests:
 - the same sampling: ``--temperature`` is sent by both (vLLM's bench otherwise leaves it
   to the server, whose default samples at 1.0 while our scenario decodes greedily);
 - the same ``max_tokens`` with ``ignore_eos``, concurrency and request count, and a
-  one-token warm-up first (the openai client's one-off set-up stays out of the TTFT), then
-  a second of idle engine, as vLLM's bench leaves it before its main run (at concurrency 4
-  the split of the first wave's prefills holds for the whole run and sets its median).
+  one-token warm-up first (the openai client's one-off set-up stays out of the TTFT) on
+  the connection pool the run then uses, as vLLM's test request shares the main run's
+  aiohttp session, then a second of idle engine, as vLLM's bench leaves it before its
+  main run.  Both matter because at concurrency 4 the split of the first wave's prefills
+  holds for the whole run and sets its median: a warm keep-alive connection sends the
+  first request ahead of the three that still connect, and the engine starts it alone.
 
 Runs alternate (vllm, ours), (ours, vllm), ... so drift on a shared machine favours
 neither.  Every run is bracketed by ``/metrics`` scrapes (``engine_check``): a pair during
@@ -529,14 +532,22 @@ async def _ours_run(
         saturation_cap_s=load.timeout_s,
     )
     target = TargetConfig("ours", load.base_url, load.api_key, load.model)
-    await warm_client(target, http_client)
+    # the warm-up and the run share one connection pool, as vLLM's bench shares one aiohttp
+    # session between its test request and its main run: the first wave's first request
+    # then goes out on the warm keep-alive connection while the others still connect, and
+    # the engine takes it alone (1 + 3, as in every vLLM run); with a fresh pool all four
+    # connected at once and the engine took them 1 + 3, 2 + 2 or 4 + 0, each run keeping its
+    # first split for every wave (the median follows)
+    from openai import DefaultAsyncHttpxClient
+
+    pool = http_client or DefaultAsyncHttpxClient()  # closed with the run's target
+    await warm_client(target, pool)
     # let the engine go idle before the first wave, as it is when vLLM's bench starts its
-    # main run: right after the warm-up, four requests were taken 3 + 1 or 2 + 2 instead of
-    # vLLM's 1 + 3, and each run keeps its first split for every wave (the median follows)
+    # main run (right after the warm-up, the engine took our first wave 3 + 1 or 2 + 2)
     await asyncio.sleep(IDLE_BEFORE_RUN_S)
 
     async def go() -> JSON:
-        level = (await run_sweep([target], scenario, cfg, console, http_client)).levels[0]
+        level = (await run_sweep([target], scenario, cfg, console, pool)).levels[0]
         s = level.summary
         return {
             "figures": {

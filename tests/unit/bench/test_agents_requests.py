@@ -316,3 +316,30 @@ def test_ours_run_sends_the_dataset_as_vllm_would() -> None:
     assert run["figures"]["output_tokens"] == 20  # the fake server's 5 per request
     with pytest.raises(BenchError, match="output lengths"):
         asyncio.run(rq._ours_run(load, [d | {"output_len": 9} for d in data], None, http))
+
+
+def test_ours_run_warms_the_pool_it_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's bench sends its test request and its main run through one aiohttp session, so
+    its first wave starts with one warm connection; ours must too (one client, both)."""
+    import openai
+
+    from tests.unit.bench.test_agents_harness import FakeServer, httpx
+
+    server = FakeServer()
+    made: list[Any] = []
+
+    def pool() -> Any:
+        made.append(httpx.AsyncClient(transport=httpx.MockTransport(server)))
+        return made[-1]
+
+    monkeypatch.setattr(openai, "DefaultAsyncHttpxClient", pool)
+    monkeypatch.setattr(rq, "IDLE_BEFORE_RUN_S", 0.0)
+    data = [{"prompt": f"prompt {i}", "prompt_len": 2, "output_len": 64} for i in range(4)]
+    load = _load(num_prompts=4, concurrency=2, output_len=64, seed=42)
+    load.base_url = "http://127.0.0.1:9/v1"  # the scrapes find nothing there
+    run = asyncio.run(rq._ours_run(load, data, None, None))
+    assert len(made) == 1  # one pool: the warm-up's connection is the run's
+    warm, *sent = server.bodies
+    assert warm["max_tokens"] == 1 and len(sent) == 4
+    assert run["figures"]["completed"] == 4
+    assert made[0].is_closed  # closed with the run's target
