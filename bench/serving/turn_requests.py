@@ -8,9 +8,16 @@ is sent twice in a row, each with its own vLLM ``cache_salt`` so that neither st
 the other's prefix cache (otherwise the warm step skips the prompt's prefill and the gap is
 mostly prefill, not compile); the first step minus the second is what compiling the new
 tools costs (our admission + the engine's grammar compile). Spread: min / median / max.
+Then, with ``--twins K``, the warm step against an unconstrained twin doing the same work:
+the constrained ``required`` turn (its grammar compiled, its prompt in the prefix cache),
+and the same request with the constraint off, ``ignore_eos`` and ``max_tokens`` set to the
+tokens the constrained turn wrote: the same prompt, the same number of tokens decoded, no
+grammar. ``--agents A`` runs A such sequences at once (a mixed batch); the order inside
+each pair alternates. An agent's unconstrained arm is no floor for this model (without the
+grammar its calls do not parse and its tasks end early); the twin is.
 
     loopstack bench serving turn-requests --base-url http://127.0.0.1:8000 --api-key KEY \\
-        --turns 2 --cold 2 --tools 3
+        --turns 2 --cold 2 --tools 3 --twins 6 --agents 1
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import re
 import secrets
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -63,7 +71,13 @@ def settled(client: httpx.Client) -> float:
 
 
 def turn(
-    client: httpx.Client, model: str, tools: list[Any], choice: Any, n: int, salt: str = ""
+    client: httpx.Client,
+    model: str,
+    tools: list[Any],
+    choice: Any,
+    n: int,
+    salt: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> tuple[float, dict[str, Any]]:
     body: dict[str, Any] = {
         "model": model,
@@ -78,6 +92,7 @@ def turn(
     }
     if salt:
         body["cache_salt"] = salt
+    body |= extra or {}
     started = time.perf_counter()
     r = client.post("/v1/chat/completions", json=body)
     return time.perf_counter() - started, r.json()
@@ -86,6 +101,43 @@ def turn(
 def _tokens(resp: dict[str, Any]) -> Any:
     """Completion tokens of a reply: equal on both steps, or the gap is not the compile."""
     return (resp.get("usage") or {}).get("completion_tokens", "?")
+
+
+def twin_steps(
+    client: httpx.Client, model: str, tools: list[Any], pairs: int, agents: int
+) -> dict[str, Any]:
+    """Warm constrained steps and their unconstrained twins (same prompt, same token count),
+    ``agents`` sequences at once; step seconds per arm and the paired ratios."""
+    _, first = turn(client, model, tools, "required", 3)  # compiled, prompt cached
+    n = _tokens(first)
+    twin = {"loopstack": {"constrained": False}, "ignore_eos": True, "max_tokens": n}
+
+    def agent(a: int) -> list[tuple[float, float, Any]]:
+        out = []
+        for i in range(pairs):
+            got: dict[bool, tuple[float, dict[str, Any]]] = {}
+            for constrained in (True, False) if (a + i) % 2 == 0 else (False, True):
+                got[constrained] = turn(
+                    client, model, tools, "required", 3, extra=None if constrained else twin
+                )
+            out.append((got[True][0], got[False][0], _tokens(got[True][1])))
+        return out
+
+    with ThreadPoolExecutor(agents) as pool:
+        rows = [r for rs in pool.map(agent, range(agents)) for r in rs]
+    con = [c for c, _, _ in rows]
+    unc = [u for _, u, _ in rows]
+    paired = sorted(c / u for c, u, _ in rows)
+    return {
+        "agents": agents,
+        "pairs": len(rows),
+        "tokens": n,
+        "same_tokens": sum(t == n for _, _, t in rows),
+        "constrained_p50_s": statistics.median(con),
+        "twin_p50_s": statistics.median(unc),
+        "ratio_of_medians": statistics.median(con) / statistics.median(unc),
+        "paired_min_median_max": [paired[0], statistics.median(paired), paired[-1]],
+    }
 
 
 def corpus_tools(n: int, suffix: str) -> list[Any]:
@@ -105,6 +157,8 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=2, help="turns per mode")
     ap.add_argument("--cold", type=int, default=2, help="cold/warm pairs")
     ap.add_argument("--tools", type=int, default=3, help="corpus tools beside get_weather")
+    ap.add_argument("--twins", type=int, default=0, help="warm step vs twin: pairs per agent")
+    ap.add_argument("--agents", default="1", help="twins: sequences at once, comma-separated")
     args = ap.parse_args()
     headers = {"Authorization": f"Bearer {args.api_key}"}
     with httpx.Client(base_url=args.base_url, headers=headers, timeout=600) as client:
@@ -120,8 +174,9 @@ def main() -> None:
                 counts.append(settled(client) - before)
                 msg = (resp.get("choices") or [{}])[0].get("message") or {}
                 calls += bool(msg.get("tool_calls"))
-            print(f"{label:<9} engine requests per turn: {statistics.mean(counts):.2f} "
-                  f"({counts}); turns with a call {calls}/{args.turns}")  # fmt: skip
+            if counts:
+                print(f"{label:<9} engine requests per turn: {statistics.mean(counts):.2f} "
+                      f"({counts}); turns with a call {calls}/{args.turns}")  # fmt: skip
         gaps = []
         for _ in range(args.cold):
             fresh = [WEATHER, *corpus_tools(args.tools, "_" + secrets.token_hex(3))]
@@ -130,6 +185,19 @@ def main() -> None:
             gaps.append(cold - warm)
             print(f"new tool set ({len(fresh)} tools): cold {cold:.2f} s, warm {warm:.2f} s "
                   f"(tokens out {_tokens(c)} / {_tokens(w)})")  # fmt: skip
-        print(f"cold minus warm (no prefix cache on either): median "
-              f"{statistics.median(gaps):.2f} s, min {min(gaps):.2f}, max {max(gaps):.2f} "
-              f"over {len(gaps)} sets")  # fmt: skip
+        if gaps:
+            print(f"cold minus warm (no prefix cache on either): median "
+                  f"{statistics.median(gaps):.2f} s, min {min(gaps):.2f}, max {max(gaps):.2f} "
+                  f"over {len(gaps)} sets")  # fmt: skip
+        for agents in (int(a) for a in args.agents.split(",") if args.twins):
+            print(twin_line(twin_steps(client, model, tools, args.twins, agents)))
+
+
+def twin_line(t: dict[str, Any]) -> str:
+    lo, mid, hi = t["paired_min_median_max"]
+    return (
+        f"warm step, {t['agents']} agent(s), {t['pairs']} pairs: constrained "
+        f"{t['constrained_p50_s']:.2f} s, unconstrained twin {t['twin_p50_s']:.2f} s (p50; "
+        f"{t['tokens']} tokens each, {t['same_tokens']}/{t['pairs']} the same): ratio "
+        f"{t['ratio_of_medians']:.3f}, paired {mid:.3f} ({lo:.3f}-{hi:.3f})"
+    )
