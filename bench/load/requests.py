@@ -532,18 +532,12 @@ async def _ours_run(
         saturation_cap_s=load.timeout_s,
     )
     target = TargetConfig("ours", load.base_url, load.api_key, load.model)
-    # the warm-up and the run share one connection pool, as vLLM's bench shares one aiohttp
-    # session between its test request and its main run: the first wave's first request
-    # then goes out on the warm keep-alive connection while the others still connect, and
-    # the engine takes it alone (1 + 3, as in every vLLM run); with a fresh pool all four
-    # connected at once and the engine took them 1 + 3, 2 + 2 or 4 + 0, each run keeping its
-    # first split for every wave (the median follows)
+    # warm-up and run on one connection pool, then an idle second: see the module docstring
+    # (with a fresh pool the engine took our first wave 1 + 3, 2 + 2 or 4 + 0; vLLM's: 1 + 3)
     from openai import DefaultAsyncHttpxClient
 
     pool = http_client or DefaultAsyncHttpxClient()  # closed with the run's target
     await warm_client(target, pool)
-    # let the engine go idle before the first wave, as it is when vLLM's bench starts its
-    # main run (right after the warm-up, the engine took our first wave 3 + 1 or 2 + 2)
     await asyncio.sleep(IDLE_BEFORE_RUN_S)
 
     async def go() -> JSON:
