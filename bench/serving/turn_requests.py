@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import CORPUS_PATH
+from bench.common import CORPUS_PATH, bootstrap_ratio
 
 CORPUS = CORPUS_PATH
 _COUNTER = re.compile(r"^vllm:request_success_total\{[^}]*\} ([0-9.eE+]+)$", re.M)
@@ -128,6 +128,7 @@ def twin_steps(
     con = [c for c, _, _ in rows]
     unc = [u for _, u, _ in rows]
     paired = sorted(c / u for c, u, _ in rows)
+    ratio, lo, hi = bootstrap_ratio(con, unc)  # the pairs resampled, as constraint-cost does
     return {
         "agents": agents,
         "pairs": len(rows),
@@ -135,7 +136,8 @@ def twin_steps(
         "same_tokens": sum(t == n for _, _, t in rows),
         "constrained_p50_s": statistics.median(con),
         "twin_p50_s": statistics.median(unc),
-        "ratio_of_medians": statistics.median(con) / statistics.median(unc),
+        "ratio_of_medians": ratio,
+        "ratio_ci95": [lo, hi],
         "paired_min_median_max": [paired[0], statistics.median(paired), paired[-1]],
     }
 
@@ -195,9 +197,11 @@ def main() -> None:
 
 def twin_line(t: dict[str, Any]) -> str:
     lo, mid, hi = t["paired_min_median_max"]
+    ci_lo, ci_hi = t["ratio_ci95"]
     return (
         f"warm step, {t['agents']} agent(s), {t['pairs']} pairs: constrained "
         f"{t['constrained_p50_s']:.2f} s, unconstrained twin {t['twin_p50_s']:.2f} s (p50; "
         f"{t['tokens']} tokens each, {t['same_tokens']}/{t['pairs']} the same): ratio "
-        f"{t['ratio_of_medians']:.3f}, paired {mid:.3f} ({lo:.3f}-{hi:.3f})"
+        f"{t['ratio_of_medians']:.3f} (95 % CI {ci_lo:.3f}-{ci_hi:.3f}), paired {mid:.3f} "
+        f"({lo:.3f}-{hi:.3f})"
     )
