@@ -191,8 +191,9 @@ def main() -> None:
             print(f"cold minus warm (no prefix cache on either): median "
                   f"{statistics.median(gaps):.2f} s, min {min(gaps):.2f}, max {max(gaps):.2f} "
                   f"over {len(gaps)} sets")  # fmt: skip
-        for agents in (int(a) for a in args.agents.split(",") if args.twins):
-            print(twin_line(twin_steps(client, model, tools, args.twins, agents)))
+        if args.twins:
+            for agents in (int(a) for a in args.agents.split(",")):
+                print(twin_line(twin_steps(client, model, tools, args.twins, agents)))
 
 
 def twin_line(t: dict[str, Any]) -> str:
