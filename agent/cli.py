@@ -36,6 +36,7 @@ from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
 from agent.loop import Agent
 from agent.mcp import MCPServerSpec, MCPToolServer
+from agent.selection import ToolSelection
 from agent.settings import AgentSettings, resolve_api_key, resolve_base_url
 from agent.state import AgentState, FinalStep, ModelStep, PlanStep, RunResult, ToolStep
 from agent.tools import ToolRegistry, load_tools_file
@@ -155,6 +156,8 @@ async def build_agent(
             plan=plan or settings.plan,  # type: ignore[arg-type]
             instructions=instructions.strip(),
             answer_options=_answer_options(settings, registry.names()),
+            selection=_selection(settings, client),
+            no_repeat=settings.no_repeat,
             answer_arms=[
                 (arm.partition("=")[0], _answer_options(settings, registry.names(), arm))
                 for arm in filter(None, settings.answer_arms.split(","))
@@ -165,6 +168,17 @@ async def build_agent(
 
             agent.counter = TokenCounter(settings.tokenizer)
         yield agent
+
+
+def _selection(settings: AgentSettings, client: Any) -> ToolSelection:
+    """Tool ranking through the endpoint's own embedding model (``/v1/embeddings``)."""
+    if settings.select == "given":
+        return ToolSelection()
+    from memory.embedding import EndpointEmbedder
+    from memory.tool_rank import ToolRanker
+
+    embedder = EndpointEmbedder("", settings.embedding_model, dim=384, client=client)
+    return ToolSelection("ranked", settings.top_k, ToolRanker(embedder))
 
 
 def _answer_options(

@@ -47,6 +47,7 @@ from agent.exceptions import (
 )
 from agent.guard import ApprovalRequest, Approver, ask, call_sig, call_signature, suspicious_call
 from agent.protocols import MemoryLink, ToolResult
+from agent.selection import MORE_TOOLS, ToolSelection
 from agent.settings import Limits
 from agent.state import (
     CURRENT_CALL,
@@ -102,6 +103,8 @@ class Agent:
         trace_parent: tuple[str, str] | None = None,
         answer_options: final_answer.AnswerOptions | None = None,
         answer_arms: Iterable[tuple[str, final_answer.AnswerOptions]] = (),
+        selection: ToolSelection | None = None,
+        no_repeat: bool = False,
     ) -> None:
         self.client = client
         self.model = model
@@ -127,6 +130,10 @@ class Agent:
         self.depth, self.ancestors, self.trace_parent = depth, ancestors, trace_parent
         self.answer_options = answer_options or final_answer.AnswerOptions()
         self.answer_arms = tuple(answer_arms)  # measurement only: see _shadow_answers
+        # which tools a run offers, in what order (agent.selection); no_repeat asks the
+        # server's grammar to refuse a call identical to one answered (`loopstack.no_repeat`)
+        self.selection = selection or ToolSelection()
+        self.no_repeat = no_repeat
         self._approval_lock = asyncio.Lock()
         self._states: dict[str, AgentState] = {}  # runs in flight (cached-token counting)
         self.last_trace_path: Path | None = None
@@ -189,6 +196,20 @@ class Agent:
             call_signature(o.name, o.arguments): o for o in state.observations
         }
         counted_upto, idle, nudged, repeats = 0, 0, False, 0
+        if state.run_tools is None:
+            try:
+                state.run_tools = await self.selection.choose(
+                    state.goal, self.tools.openai_tools(self.allow)
+                )
+            except Exception as exc:  # ranking is a help: the tools as given
+                logger.warning("[trace_id=%s] tool ranking failed: %s", state.run_id, exc)
+            if state.run_tools is not None:
+                logger.info(
+                    "[trace_id=%s] tools ranked: %s (%d offered)",
+                    state.run_id,
+                    ", ".join(state.run_tools.order),
+                    state.run_tools.offered,
+                )
         if state.plan is None and (made := await plans.make(self, state, self.plan)) is not None:
             yield made
         while True:
@@ -291,9 +312,13 @@ class Agent:
     ) -> tuple[ModelStep, dict[str, Any]]:
         tid = self._tid(state)
         tools = self.tools.openai_tools(self.allow)
+        if state.run_tools is not None:
+            tools = state.run_tools.arrange(tools)
         kw: dict[str, Any] = {}
         if tools:
             kw = {"tools": tools, "tool_choice": "required" if required else "auto"}
+            if self.no_repeat:
+                kw["loopstack"] = {"no_repeat": True}
         t0 = time.perf_counter()
         resp = await self._chat(
             tid,
@@ -337,7 +362,7 @@ class Agent:
         # messages and tools are plain JSON already: they travel in extra_body, which the
         # client sends as is, instead of through its per-request type transform, whose cost
         # grows with the history (~30 ms a step at 50 steps; see bench/agent/overhead.py).
-        plain = {k: kw.pop(k) for k in ("messages", "tools") if k in kw}
+        plain = {k: kw.pop(k) for k in ("messages", "tools", "loopstack") if k in kw}
         kw.setdefault("temperature", 0)  # greedy, unless a caller samples on purpose
         request = self.client.chat.completions.create(
             model=self.model,
@@ -379,6 +404,8 @@ class Agent:
             sig = call_sig(call)
             if sig in seen:
                 jobs.append(self._repeat(state, call, seen[sig], i))
+            elif call["function"]["name"] == MORE_TOOLS and state.run_tools is not None:
+                jobs.append(self._more_tools(state, call, i))
             elif budget <= 0:
                 err = {"type": "limit", "message": "max_tool_calls reached: not executed"}
                 jobs.append(self._refuse(state, call, i, ToolResult("error", error=err)))
@@ -432,6 +459,15 @@ class Agent:
             approved = await ask(self.approver, req)
         if not approved:
             raise ToolDenied(f"call not approved ({req.why}): {req.detail}")
+
+    async def _more_tools(
+        self, state: AgentState, call: dict[str, Any], i: int
+    ) -> tuple[ToolStep, Observation | None, str]:
+        """``more_tools``: every tool is offered from the next step on."""
+        assert state.run_tools is not None
+        added = state.run_tools.expand()
+        data = {"now_offered": added, "note": "call one of these, or answer"}
+        return self._observe(state, call, i, {}, ToolResult("ok", data=data), 0.0)
 
     async def _repeat(
         self, state: AgentState, call: dict[str, Any], first: Observation, i: int

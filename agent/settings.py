@@ -86,6 +86,22 @@ class AgentSettings(BaseSettings):
         description="measurement only: comma list of typed, samples, examples - the final "
         "answer is also asked that way on the same state and recorded in the trace",
     )
+    select: Literal["given", "ranked"] = Field(
+        default="given",
+        description="tool order per run: as given, or ranked by relevance to the goal "
+        "(agent.selection: the endpoint's embedding model plus keyword recall)",
+    )
+    top_k: int | None = Field(
+        default=None, ge=1, description="ranked: offer the k best tools (more_tools shows the rest)"
+    )
+    no_repeat: bool = Field(
+        default=False,
+        description="the server's grammar refuses a call identical to one already answered "
+        "(loopstack.no_repeat: loopstack endpoints only)",
+    )
+    embedding_model: str = Field(
+        default="all-MiniLM-L6-v2", description="the endpoint's embedding model (ranking)"
+    )
     model: str | None = Field(default=None, description="default: first chat model listed")
     tokenizer: str | None = Field(default=None, description="local HF folder for counting")
     otel_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint")

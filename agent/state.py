@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.cost import Cost
+from agent.selection import RunTools
 
 Status = Literal["done", "max_steps", "budget", "error"]
 Reason = Literal[
@@ -133,6 +134,7 @@ class AgentState:
     workers: list[dict[str, Any]] = field(default_factory=list)
     delegated: dict[str, str] = field(default_factory=dict)
     charged: Cost = field(default_factory=Cost)
+    run_tools: RunTools | None = None  # the run's tool order (agent.selection), fixed per run
 
     def __post_init__(self) -> None:
         if not self.user_messages:

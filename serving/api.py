@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.admission import Admission
-from serving.chat import ChatService
+from serving.chat import RESPONSE_HEADERS, ChatService
 from serving.embeddings import MINILM_NAMES, EmbeddingService
 from serving.engine import ENGINE_RETRY_AFTER_S, Engine, session_key_var
 from serving.exceptions import ModelNotFound, ServingError, error_body
@@ -251,8 +251,10 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
         slot = state.admission.slot()
         await slot.__aenter__()
         released = False
+        headers: dict[str, str] = {}  # filled by the handler (`serving.chat.RESPONSE_HEADERS`)
+        token = RESPONSE_HEADERS.set(headers)
         try:
-            task = asyncio.ensure_future(make())
+            task = asyncio.ensure_future(make())  # copies the context: the same dict
             while not task.done():
                 done, _ = await asyncio.wait({task}, timeout=0.5)
                 if not done and await request.is_disconnected():
@@ -261,13 +263,16 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
                     return Response(status_code=499)
             result = task.result()
             if isinstance(result, dict):
-                return JSONResponse(result)
+                return JSONResponse(result, headers=headers or None)
             first = await anext(result, None)  # surfaces upstream 4xx before headers go out
             released = True
             return StreamingResponse(
-                _stream_in_slot(first, result, slot), media_type="text/event-stream"
+                _stream_in_slot(first, result, slot),
+                media_type="text/event-stream",
+                headers=headers or None,
             )
         finally:
+            RESPONSE_HEADERS.reset(token)
             if not released:
                 await slot.__aexit__(None, None, None)
 

@@ -25,8 +25,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextvars import ContextVar
 from typing import Any, Literal
 
+from memory.tool_rank import ToolRanker
 from serving.backend_outlines import OutlinesBackend
 from serving.client_constraints import admit_constraints, client_constraint
 from serving.constraint import CompiledSchema
@@ -50,6 +52,8 @@ from serving.protocol import (
     tool_call_dict,
 )
 from serving.schema_cache import SchemaCache
+from serving.schema_limits import repair_schema
+from serving.tool_selection import excluding, executed_calls, rank_request
 from serving.toolcalls import CallEvent, ParsedCall, new_call_id, parse_lenient
 from serving.turn import (
     MAX_ATTEMPTS,
@@ -63,6 +67,16 @@ from serving.turn import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Headers the reply carries (set per request by `serving.api`: a dict the handler fills)
+RESPONSE_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("response_headers", default=None)
+
+
+def _say(header: str, value: str) -> None:
+    headers = RESPONSE_HEADERS.get()
+    if headers is not None:
+        headers[header] = value[:1000]
+
 
 _SAMPLING_KEYS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
 _CHAT_ONLY = {
@@ -82,6 +96,7 @@ class ChatService:
         metrics: Metrics,
         max_tool_tokens: int = 1024,
         backend: ConstraintBackend | None = None,
+        ranker: ToolRanker | None = None,
     ):
         self.engine = engine
         self.prompts = prompts
@@ -89,9 +104,17 @@ class ChatService:
         self.metrics = metrics
         self.max_tool_tokens = max_tool_tokens
         self.backend: ConstraintBackend = backend or OutlinesBackend()
+        self.ranker = ranker  # `loopstack.tool_rank` (None: the extension is refused)
 
     # -- entry point ----------------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> dict[str, Any] | AsyncIterator[bytes]:
+        if req.loopstack.tool_rank is not None and req.tools:
+            if self.ranker is None:
+                raise InvalidRequest(
+                    "loopstack.tool_rank needs the server's embedding model", param="loopstack"
+                )
+            req, kept = await rank_request(req, self.ranker)
+            _say("x-loopstack-tools-offered", ",".join(r.name for r in kept))
         choice = req.effective_tool_choice()
         compiled = await self._compile_tools(req)
         if choice == "none":
@@ -107,7 +130,13 @@ class ChatService:
             raise InvalidRequest(f"{found[0]} cannot be combined with tools", param=found[0])
         plan = self._plan(req, choice, compiled)
         if self.backend.single_request and plan.constrained:
-            spec = TurnSpec(plan.mode, {n: c.schema for n, c in plan.tools.items()}, plan.parallel)
+            schemas = {n: c.schema for n, c in plan.tools.items()}
+            if req.loopstack.no_repeat:
+                schemas = self._without_repeats(req, schemas, plan.mode)
+                if not schemas:  # every call the model could make was made: text only
+                    plain = {"tools": None, "tool_choice": None}
+                    return await self._passthrough(req.model_copy(update=plain))
+            spec = TurnSpec(plan.mode, schemas, plan.parallel)
             plan.constraint = await self.backend.admit(spec, what="tools")
         self.metrics.tool_requests.labels(mode=plan.mode).inc()
         if req.stream:
@@ -116,22 +145,48 @@ class ChatService:
 
     async def _compile_tools(self, req: ChatCompletionRequest) -> dict[str, CompiledSchema]:
         compiled: dict[str, CompiledSchema] = {}
+        repaired = []
         for i, tool in enumerate(req.tools or []):
             fn = tool.function
             if fn.name in compiled:
                 raise InvalidRequest(f"duplicate tool name {fn.name!r}", param=f"tools[{i}]")
             what = f"tools[{i}].function.parameters"
+            params, notes = repair_schema(fn.parameters)
+            if notes:  # one reading: constrained and validated by the repaired schema
+                repaired.append(f"{fn.name}: {'; '.join(notes)}")
+                logger.warning("%s (%s) repaired: %s", what, fn.name, "; ".join(notes))
             if not req.loopstack.constrained:  # the baseline: validated, never enforced
-                compiled[fn.name] = await self.schemas.checked(fn.parameters, what=what)
+                compiled[fn.name] = await self.schemas.checked(params, what=what)
                 continue
-            refuse_unenforceable(fn.parameters, what=what)
+            refuse_unenforceable(params, what=what)
             if self.backend.single_request:
                 compiled[fn.name] = await self.schemas.checked(
-                    fn.parameters, what=what, exact=self.backend.exact
+                    params, what=what, exact=self.backend.exact
                 )
             else:
-                compiled[fn.name] = await self.schemas.get(fn.parameters, what=what)
+                compiled[fn.name] = await self.schemas.get(params, what=what)
+        if repaired:
+            _say("x-loopstack-schema-repaired", " | ".join(repaired))
         return compiled
+
+    def _without_repeats(
+        self, req: ChatCompletionRequest, schemas: dict[str, Any], mode: ToolMode
+    ) -> dict[str, Any]:
+        """`schemas` minus the calls already answered (``loopstack.no_repeat``)."""
+        done = executed_calls([m.model_dump(exclude_none=True) for m in req.messages])
+        out = {}
+        for name, schema in schemas.items():
+            left = excluding(schema, done.get(name, []))
+            if left is not None:
+                out[name] = left
+        if len(out) < len(schemas) or any(out[n] is not schemas[n] for n in out):
+            logger.info("no_repeat: %d answered call(s) excluded", sum(map(len, done.values())))
+        if not out and mode != "auto":
+            raise InvalidRequest(
+                "every call the tools admit was already made and answered (loopstack.no_repeat)",
+                param="tool_choice",
+            )
+        return out
 
     def _plan(
         self,

@@ -175,12 +175,33 @@ class ResponseFormat(BaseModel):
         return self
 
 
+class ToolRankOptions(BaseModel):
+    """``loopstack.tool_rank``: offer the tools ranked by relevance (`serving.tool_selection`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    top_k: int | None = Field(default=None, ge=1, le=1024, description="offer the k best only")
+    min_score: float | None = Field(
+        default=None, ge=-2.0, le=2.0, description="offer only tools scoring this or more"
+    )
+    query: str | None = Field(
+        default=None, max_length=20_000, description="rank against this (default: first user msg)"
+    )
+
+
 class LoopstackOptions(BaseModel):
     """Our extension, sent as ``extra_body={"loopstack": {...}}``."""
 
     constrained: bool = Field(
         default=True,
         description="False turns the grammar off for this request (benchmark baseline only).",
+    )
+    tool_rank: ToolRankOptions | None = Field(
+        default=None, description="rank the offered tools by relevance, optionally only the best"
+    )
+    no_repeat: bool = Field(
+        default=False,
+        description="the grammar does not admit a call identical to one already answered",
     )
 
 

@@ -219,3 +219,59 @@ def _numeric_range_empty(node: dict[str, Any], *, integer: bool) -> bool:
     first = math.floor(lo) + 1 if lo_ex or lo != math.floor(lo) else int(lo)
     last = math.ceil(hi) - 1 if hi_ex or hi != math.ceil(hi) else int(hi)
     return first > last
+
+
+# --- repair of what has one reading --------------------------------------------------------
+
+
+def _type_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    for name in ("string", "number", "array", "object", "null"):
+        if _TYPES[name](value):
+            return name
+    return "string"
+
+
+def repair_schema(schema: Any) -> tuple[Any, list[str]]:
+    """`schema` with self-contradictions that have one reading repaired, and what was done.
+
+    Published tool sets declare ``"type": "boolean"`` with ``"enum": ["True", "False",
+    "dontcare"]``, or a string enum under ``"type": "integer"``: no value is of the type, so
+    the subschema admits nothing, yet the OpenAI API and vLLM take such tools. The values
+    are what the author listed, so **the enum (or const) wins over a type none of its values
+    fit**: ``type`` becomes the types of the values. Anything else is left to
+    `check_schema_limits` (an empty enum has no reading: 400). The schema is copied only when
+    something changes; the repaired one is what is constrained and validated."""
+    if not isinstance(schema, dict):
+        return schema, []
+    import copy
+
+    notes: list[str] = []
+    out = copy.deepcopy(schema)
+    stack: list[tuple[Any, str]] = [(out, "")]
+    while stack:
+        node, path = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        kind = node.get("type")
+        values = node.get("enum") if isinstance(node.get("enum"), list) else None
+        if values is None and "const" in node:
+            values = [node["const"]]
+        if values and isinstance(kind, str | list) and not any(fits_type(v, kind) for v in values):
+            types = sorted({_type_of(v) for v in values})
+            node["type"] = types[0] if len(types) == 1 else types
+            notes.append(f"{path or '/'}: type {kind} -> {node['type']} (its enum's values)")
+        for key in _MAPS:
+            sub = node.get(key)
+            if isinstance(sub, dict):
+                stack.extend((v, f"{path}/{key}/{k}") for k, v in sub.items())
+        for key in _SINGLES:
+            stack.append((node.get(key), f"{path}/{key}"))
+        for key in _LISTS:
+            sub = node.get(key)
+            if isinstance(sub, list):
+                stack.extend((v, f"{path}/{key}/{i}") for i, v in enumerate(sub))
+    return (out, sorted(notes)) if notes else (schema, [])

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import uvicorn
 from fastapi import FastAPI
 
+from memory.tool_rank import ToolRanker
 from serving.admission import Admission
 from serving.api import AppState, TraceIdFilter, build_app
 from serving.automaton import AutomatonProbe
@@ -47,6 +48,7 @@ from serving.model_store import resolve_model
 from serving.prompt import BackgroundTokenizer, PromptBuilder
 from serving.schema_cache import SchemaCache
 from serving.schema_limits import SchemaLimits
+from serving.tool_selection import ServerEmbedder
 
 logger = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace_id=%(trace_id)s] %(message)s"
@@ -124,6 +126,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         timeout_s=settings.schema_compile_timeout_s,
         mode=settings.schema_compile_mode,
     )
+    embeddings = EmbeddingService(settings.embedding_model)
     state = AppState(
         engine=engine,
         chat=ChatService(
@@ -149,8 +152,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
             metrics=metrics,
             max_tool_tokens=settings.max_tool_tokens,
             backend=backend,
+            ranker=ToolRanker(ServerEmbedder(embeddings)),
         ),
-        embeddings=EmbeddingService(settings.embedding_model),
+        embeddings=embeddings,
         metrics=metrics,
         admission=Admission(
             metrics,

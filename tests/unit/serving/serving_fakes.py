@@ -218,6 +218,7 @@ class Harness:
         max_waiting: int = 8,
         limits: Limits | None = None,
         backend: ConstraintBackend | None = None,
+        ranker: Any = None,
     ) -> None:
         self.engine = FakeEngine()
         self.metrics = Metrics()
@@ -229,6 +230,7 @@ class Harness:
             metrics=self.metrics,
             max_tool_tokens=256,
             backend=backend,
+            ranker=ranker,
         )
         self.state = AppState(
             engine=self.engine,  # type: ignore[arg-type]

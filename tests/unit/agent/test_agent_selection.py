@@ -1,0 +1,122 @@
+"""Tool selection in the agent runtime (agent.selection) with the scripted model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.loop import Agent
+from agent.scripted import ScriptedModel, call, text
+from agent.selection import MORE_TOOLS, ToolSelection
+from agent.state import FinalStep, ToolStep
+from agent.tools import ToolRegistry
+from memory.embedding import HashingEmbedder
+from memory.tool_rank import ToolRanker
+
+
+def sales_by_product(region: str) -> dict[str, Any]:
+    """Sales broken down by product for one region.
+
+    Args:
+        region: the sales region
+    """
+    return {"region": region, "widgets": 10}
+
+
+def read_file(path: str) -> str:
+    """Read a text file from the workspace.
+
+    Args:
+        path: file path
+    """
+    return "notes"
+
+
+def get_weather(city: str) -> dict[str, Any]:
+    """Current weather for a city.
+
+    Args:
+        city: the city
+    """
+    return {"city": city, "temperature": 18}
+
+
+def convert_currency(amount: float, to: str) -> float:
+    """Convert an amount of money into another currency.
+
+    Args:
+        amount: how much
+        to: the target currency
+    """
+    return amount * 2
+
+
+TOOLS = [sales_by_product, read_file, get_weather, convert_currency]
+
+
+def names(request: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in request.get("tools", [])]
+
+
+def make(model: ScriptedModel, **kw: Any) -> Agent:
+    return Agent(model.client(), "scripted-model", ToolRegistry(TOOLS), **kw)
+
+
+def ranked(top_k: int | None = None) -> ToolSelection:
+    return ToolSelection("ranked", top_k, ToolRanker(HashingEmbedder()))
+
+
+async def test_given_order_is_the_default() -> None:
+    model = ScriptedModel([call("get_weather", city="Paris")])
+    await make(model).run("What is the weather in Paris?")
+    assert names(model.chat_requests[0]) == [f.__name__ for f in TOOLS]
+    assert "loopstack" not in model.chat_requests[0]  # an ordinary request
+
+
+async def test_ranked_tools_keep_one_order_for_the_whole_run() -> None:
+    model = ScriptedModel(
+        [call("get_weather", city="Paris"), call("convert_currency", amount=1, to="EUR")]
+    )
+    result = await make(model, selection=ranked()).run("What is the weather in Paris city?")
+    orders = [names(r) for r in model.chat_requests]
+    assert len(orders) >= 2 and all(o == orders[0] for o in orders)
+    assert orders[0][0] == "get_weather" and sorted(orders[0]) == sorted(f.__name__ for f in TOOLS)
+    assert result.status == "done"
+
+
+async def test_top_k_offers_the_best_and_more_tools_brings_the_rest() -> None:
+    model = ScriptedModel(
+        [call(MORE_TOOLS), call("read_file", path="a.txt"), text("It says notes.")]
+    )
+    agent = make(model, selection=ranked(top_k=2), text_answers="accept")
+    steps = [s async for s in agent.steps("What is the weather in Paris city?")]
+    first, second = (names(r) for r in model.chat_requests[:2])
+    assert first[:2][0] == "get_weather" and first[-1] == MORE_TOOLS and len(first) == 3
+    assert MORE_TOOLS not in second and sorted(second) == sorted(f.__name__ for f in TOOLS)
+    assert second[:2] == first[:2]  # the prefix the cache holds stays in place
+    more = next(s for s in steps if isinstance(s, ToolStep) and s.name == MORE_TOOLS)
+    assert more.status == "ok"
+    ran = [s.name for s in steps if isinstance(s, ToolStep)]
+    assert ran == [MORE_TOOLS, "read_file"]
+    assert isinstance(steps[-1], FinalStep) and steps[-1].answer == "It says notes."
+
+
+async def test_no_repeat_is_asked_of_the_server_on_every_step_with_tools() -> None:
+    model = ScriptedModel([call("get_weather", city="Paris"), text("18 degrees")])
+    await make(model, no_repeat=True, text_answers="accept").run("Weather in Paris?")
+    assert all(r["loopstack"] == {"no_repeat": True} for r in model.chat_requests)
+    final = model.requests[-1]
+    assert "tools" in final  # the answer came from a step, not from a forced request
+
+
+async def test_a_failing_ranker_leaves_the_tools_as_given() -> None:
+    class Broken:
+        name, dim = "broken", 4
+
+        async def embed(self, texts: list[str]) -> Any:
+            raise RuntimeError("embedding endpoint down")
+
+    model = ScriptedModel([call("get_weather", city="Paris")])
+    selection = ToolSelection("ranked", 2, ToolRanker(Broken()))
+    result = await make(model, selection=selection).run("Weather in Paris?")
+    assert names(model.chat_requests[0]) == [f.__name__ for f in TOOLS]
+    assert result.status == "done"
