@@ -140,7 +140,7 @@ def _history(name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
                     "id": "c1",
                     "type": "function",
                     "function": {"name": name, "arguments": json.dumps(args)},
-                }  # fmt: skip
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": '{"temperature": 18}'},
