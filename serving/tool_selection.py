@@ -177,11 +177,19 @@ def _string_other_than(value: str, lo: int, hi: int | None) -> str | None:
     return f"^(?:{'|'.join(alts)})$" if alts else None
 
 
+def _char(c: str) -> str:
+    """`c` and its other case, as class members."""
+    both = {c, c.lower(), c.upper()} if len(c.lower()) == len(c.upper()) == 1 else {c}
+    return "".join(_hex(x) for x in sorted(both))
+
+
 def _strings_other_than(values: list[str]) -> str:
-    """A whole-string pattern for strings that are none of `values` and extend none of them
-    (each value read up to its first `_MAX_STRING_POSITIONS` characters), from their trie."""
-    cut = sorted({v[:_MAX_STRING_POSITIONS] for v in values} - {""})
-    empty = "" in values  # only "" itself: every string extends it
+    """A whole-string pattern for strings that are none of `values` and extend none of them,
+    read without leading whitespace and without case (each value up to its first
+    `_MAX_STRING_POSITIONS` characters), from their trie. Kept from its call, a small model
+    wrote ``"Paris}}"`` and then ``" Paris"`` for ``"Paris"``: the same call again."""
+    cut = sorted({v.lstrip().lower()[:_MAX_STRING_POSITIONS] for v in values} - {""})
+    empty = any(not v.strip() for v in values)  # "" (or blanks): every string extends it
 
     def node(prefix: str) -> str | None:
         if prefix in cut:
@@ -189,14 +197,15 @@ def _strings_other_than(values: list[str]) -> str:
         n = len(prefix)
         nxt = sorted({v[n] for v in cut if len(v) > n and v.startswith(prefix)})
         alts = [] if empty and not prefix else [""]
-        alts.append(f"[^{''.join(_hex(c) for c in nxt)}][\\s\\S]*" if nxt else "[\\s\\S]+")
+        blank = "\\s" if not prefix else ""  # leading whitespace is read past, not a start
+        alts.append(f"[^{blank}{''.join(_char(c) for c in nxt)}][\\s\\S]*")
         for c in nxt:
             rest = node(prefix + c)
             if rest is not None:
-                alts.append(_lit(c) + rest)
+                alts.append(f"[{_char(c)}]{rest}")
         return "(?:" + "|".join(alts) + ")"
 
-    return f"^{node('')}$"  # the root is never a value: "" is left out of `cut`
+    return f"^\\s*{node('')}$"  # the root is never a value: "" is left out of `cut`
 
 
 _Made = dict[int, tuple[dict[str, Any], list[str]]]
