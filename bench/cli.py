@@ -17,7 +17,7 @@ them; ``loopstack bench SUBJECT NAME --help`` shows a benchmark's options):
     loopstack bench serving soak|loop-safety|turn-requests
     loopstack bench memory latency|isolation|locomo|postgres
     loopstack bench corpus build
-    loopstack bench agent overhead
+    loopstack bench agent overhead|selection
     loopstack bench golden run|bootstrap
 """
 
@@ -431,6 +431,8 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     }),
     "agent": ("The agent loop's own cost (a scripted model: no server).", {
         "overhead": ("bench.agent.overhead", "Host time per step with history, vs none."),
+        "selection": ("bench.agent.selection",
+                      "Right tool among 5/10/30 by order and ranking; false calls (a server)."),
     }),
     "golden": ("The golden agent task set (a running server).", {
         "run": ("bench.golden.run", "Run the golden tasks through `loopstack agent run`."),

@@ -1,0 +1,343 @@
+"""Tool selection: the right tool among many, the stated arguments, and no call where none fits.
+
+    loopstack bench agent selection --base-url URL [--sizes 5,10,30] [--items 20]
+        [--arms given,reversed,shuffled,ranked,top3,top5] [--concurrency 4] [--out DIR]
+
+**Selection items** come from the tool-schema corpus (`bench/corpus/tool_schemas.jsonl`: a
+templated request naming concrete values, and the tool it is for) and from the golden tools
+(`bench/agent/selection_golden.json`). For each item and each size N, the request offers the
+right tool and N - 1 others (the corpus entry's own look-alike distractors first, then a
+seeded draw from the corpus and golden tools whose schema is short enough for 30 to fit the
+context), the right one at a seeded random position. One ``auto`` request per item and arm:
+
+* ``given`` - that order; ``reversed`` - the same list backwards; ``shuffled`` - another
+  seeded permutation: together they show the position bias;
+* ``ranked`` - the ``given`` list with ``loopstack.tool_rank`` (the server orders them by
+  relevance); ``top3`` / ``top5`` - the same, only the k best offered.
+
+**Abstention items** (`bench/agent/abstention.json`): requests no offered tool fits (JSON
+examples, code, general questions) next to tools that look related; any call is a false call.
+Arms: ``given``, and ``ranked`` with ``--min-score`` (tools scoring less are not offered).
+
+Reported per size and arm: selection accuracy (the first call names the right tool), argument
+accuracy (every value the request states is passed exactly: strings equal, numbers equal),
+no-call and wrong-tool rates, prompt tokens, step latency; accuracy by the right tool's
+position (first, middle or last third); the false-call rate per abstention arm. Identical
+requests are sent once (greedy decoding): ``ranked`` on a reversed list is the same request.
+Prints JSON lines and a final ``RESULT {...}`` line; ``--out`` keeps rows and summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import CORPUS_PATH
+from bench.corpus.text import humanize
+
+HERE = Path(__file__).parent
+GOLDEN_ITEMS = HERE / "selection_golden.json"
+ABSTENTION = HERE / "abstention.json"
+GOLDEN_TOOLS = HERE.parent / "golden"
+ARMS = ("given", "reversed", "shuffled", "ranked", "top3", "top5")
+MAX_TOOL_CHARS = 900  # distractors: 30 such tools fit the default model's 8k context
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    prompt: str
+    right: str | None  # None: an abstention item
+    expected: dict[str, Any]  # argument values the prompt states
+    tools: tuple[dict[str, Any], ...]  # the "given" order
+
+
+@dataclass
+class Row:
+    item: str
+    size: int
+    arm: str
+    right: str | None
+    position: int  # of the right tool in what was offered (-1: not offered / abstention)
+    offered: int
+    called: list[str] = field(default_factory=list)
+    correct: bool = False
+    args_ok: bool | None = None
+    prompt_tokens: int = 0
+    latency_s: float = 0.0
+    error: str = ""
+
+
+# --- items ---------------------------------------------------------------------------------
+
+
+def expected_values(prompt: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """The values a templated request states (``name "value"``, ``max results 100``), by
+    the parameter's humanized name; a name inside a longer one's match does not count."""
+    found: list[tuple[int, int, str, Any]] = []
+    for name, sub in (parameters.get("properties") or {}).items():
+        if not isinstance(sub, dict) or sub.get("type") in ("array", "object"):
+            continue
+        pat = re.escape(humanize(name)) + r' ("[^"]*"|-?\d+(?:\.\d+)?|true|false)(?=[ ,.?!;]|$)'
+        for m in re.finditer(r"(?<![\w-])" + pat, prompt, re.I):
+            found.append((m.start(), m.end(), name, json.loads(m.group(1))))
+    out: dict[str, Any] = {}
+    for start, end, name, value in found:
+        inside = any(s <= start and end <= e and (s, e) != (start, end) for s, e, *_ in found)
+        if not inside and name not in out:
+            out[name] = value
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return float(a) == float(b)
+    return bool(a == b)
+
+
+def golden_tools() -> dict[str, dict[str, Any]]:
+    """The golden set's tools (bench/golden/tools_*.py) as OpenAI tool objects."""
+    from agent.tools import load_tools_file
+
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(GOLDEN_TOOLS.glob("tools_*.py")):
+        for t in load_tools_file(path):
+            out[t.name] = {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description,
+                             "parameters": t.parameters},
+            }  # fmt: skip
+    return out
+
+
+def load_pool() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    rows = [json.loads(line) for line in CORPUS_PATH.read_text().splitlines() if line.strip()]
+    return rows, {r["tool"]["function"]["name"]: r["tool"] for r in rows}
+
+
+def selection_items(n_items: int, size: int, seed: int) -> list[Item]:
+    rows, by_name = load_pool()
+    golden = golden_tools()
+    small = [t for t in [*by_name.values(), *golden.values()] if len(json.dumps(t)) <= 900]
+    rng = random.Random(seed)
+    candidates = [r for r in rows if len(json.dumps(r["tool"])) <= 1500]
+    rng.shuffle(candidates)
+    picked: list[tuple[str, str, dict[str, Any], dict[str, Any], list[str]]] = []
+    for g in json.loads(GOLDEN_ITEMS.read_text()):
+        picked.append((g["id"], g["prompt"], golden[g["tool"]], g["expected"], g.get("near", [])))
+    for r in candidates:
+        params = r["tool"]["function"]["parameters"]
+        exp = expected_values(r["prompt"], params)
+        picked.append((r["id"], r["prompt"], r["tool"], exp, r.get("distractors", [])))
+    picked = picked[: len(picked) - len(candidates) + n_items]  # the golden ones + n_items
+    items = []
+    for iid, prompt, tool, exp, near in picked:
+        rng_i = random.Random(f"{seed}:{iid}:{size}")
+        name = tool["function"]["name"]
+        others = [by_name.get(n) or golden.get(n) for n in near]
+        chosen = [t for t in others if t is not None and t["function"]["name"] != name]
+        pool = [t for t in small if t["function"]["name"] != name]
+        rng_i.shuffle(pool)
+        for t in pool:
+            if len(chosen) >= size - 1:
+                break
+            if all(t["function"]["name"] != c["function"]["name"] for c in chosen):
+                chosen.append(t)
+        chosen = chosen[: size - 1]
+        rng_i.shuffle(chosen)
+        chosen.insert(rng_i.randrange(len(chosen) + 1), tool)
+        items.append(Item(f"{iid}@{size}", prompt, name, exp, tuple(chosen)))
+    return items
+
+
+def abstention_items() -> list[Item]:
+    golden = golden_tools()
+    _, corpus = load_pool()
+    items = []
+    for i, a in enumerate(json.loads(ABSTENTION.read_text())):
+        tools = [golden.get(n) or corpus.get(n) or _inline(n, a) for n in a["tools"]]
+        items.append(Item(f"abstain-{i:02d}", a["prompt"], None, {}, tuple(tools)))
+    return items
+
+
+def _inline(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    spec = entry.get("inline", {}).get(name)
+    if spec is None:
+        raise KeyError(f"abstention item {entry['prompt'][:40]!r}: unknown tool {name!r}")
+    return {"type": "function", "function": {"name": name, **spec}}
+
+
+def arm_request(item: Item, arm: str, seed: int, min_score: float | None) -> tuple[list, dict]:
+    """The tools list and the ``loopstack`` extension of one arm."""
+    tools = list(item.tools)
+    ext: dict[str, Any] = {}
+    if arm == "reversed":
+        tools.reverse()
+    elif arm == "shuffled":
+        random.Random(f"{seed}:shuffle:{item.id}").shuffle(tools)
+    elif arm == "ranked":
+        ext = {"tool_rank": {} if min_score is None else {"min_score": min_score}}
+    elif arm.startswith("top"):
+        ext = {"tool_rank": {"top_k": int(arm[3:])}}
+    elif arm != "given":
+        raise ValueError(f"unknown arm {arm!r}")
+    return tools, ext
+
+
+# --- running ---------------------------------------------------------------------------------
+
+
+async def run_one(
+    client: Any, model: str, item: Item, arm: str, tools: list, ext: dict, max_tokens: int
+) -> Row:
+    names = [t["function"]["name"] for t in tools]
+    row = Row(item.id, len(tools), arm, item.right, -1, len(tools))
+    body: dict[str, Any] = {"tools": tools}
+    if ext:
+        body["loopstack"] = ext
+    t0 = time.perf_counter()
+    try:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=model,
+            messages=[{"role": "user", "content": item.prompt}],
+            tool_choice="auto",
+            temperature=0,
+            max_tokens=max_tokens,
+            extra_body=body,
+        )
+    except Exception as exc:
+        row.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return row
+    row.latency_s = round(time.perf_counter() - t0, 3)
+    offered = raw.headers.get("x-loopstack-tools-offered")
+    if offered is not None:
+        names = [n for n in offered.split(",") if n]
+    row.offered = len(names)
+    row.position = names.index(item.right) if item.right in names else -1
+    resp = raw.parse()
+    row.prompt_tokens = int(getattr(resp.usage, "prompt_tokens", 0) or 0)
+    calls = resp.choices[0].message.tool_calls or []
+    row.called = [c.function.name for c in calls]
+    if item.right is not None and calls and calls[0].function.name == item.right:
+        row.correct = True
+        try:
+            args = json.loads(calls[0].function.arguments or "{}")
+        except json.JSONDecodeError:
+            args = {}
+        row.args_ok = all(_same(args.get(k), v) for k, v in item.expected.items())
+    return row
+
+
+def summarize(rows: list[Row]) -> dict[str, Any]:
+    out: dict[str, Any] = {"selection": {}, "abstention": {}, "position": {}}
+    groups: dict[tuple[int, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        groups[(0 if r.right is None else r.size, r.arm)].append(r)
+    for (size, arm), rs in sorted(groups.items()):
+        ok = [r for r in rs if not r.error]
+        if size == 0:
+            calls = sum(1 for r in ok if r.called)
+            out["abstention"][arm] = {
+                "n": len(ok),
+                "false_calls": calls,
+                "false_call_rate": round(calls / len(ok), 3) if ok else None,
+                "errors": len(rs) - len(ok),
+            }
+            continue
+        right = [r for r in ok if r.correct]
+        out["selection"][f"{size}/{arm}"] = {
+            "n": len(ok),
+            "accuracy": round(len(right) / len(ok), 3) if ok else None,
+            "args_accuracy": round(sum(bool(r.args_ok) for r in ok) / len(ok), 3) if ok else None,
+            "no_call": sum(1 for r in ok if not r.called),
+            "wrong_tool": sum(1 for r in ok if r.called and not r.correct),
+            "not_offered": sum(1 for r in ok if r.position < 0),
+            "prompt_tokens_mean": round(statistics.mean(r.prompt_tokens for r in ok)) if ok else 0,
+            "latency_p50_s": round(statistics.median(r.latency_s for r in ok), 2) if ok else 0,
+            "errors": len(rs) - len(ok),
+        }
+        if arm in ("given", "reversed", "shuffled") and ok:
+            thirds: dict[str, list[bool]] = defaultdict(list)
+            for r in ok:
+                third = ("first", "middle", "last")[min(2, 3 * r.position // max(r.offered, 1))]
+                thirds[third].append(r.correct)
+            out["position"][f"{size}/{arm}"] = {
+                k: f"{sum(v)}/{len(v)}" for k, v in sorted(thirds.items())
+            }
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=args.base_url, api_key=args.api_key, timeout=600, max_retries=0)
+    model = args.model or (await client.models.list()).data[0].id
+    jobs: list[tuple[Item, str, list, dict]] = []
+    for size in args.sizes:
+        for item in selection_items(args.items, size, args.seed):
+            for arm in args.arms:
+                jobs.append((item, arm, *arm_request(item, arm, args.seed, None)))
+    if args.abstention:
+        for item in abstention_items():
+            jobs.append((item, "given", list(item.tools), {}))
+            ext = {"tool_rank": {"min_score": args.min_score}}
+            jobs.append((item, f"ranked>={args.min_score:g}", list(item.tools), ext))
+    sem = asyncio.Semaphore(args.concurrency)
+    done: dict[str, asyncio.Task[Row]] = {}
+
+    async def one(item: Item, arm: str, tools: list, ext: dict) -> Row:
+        key = json.dumps([item.prompt, [t["function"]["name"] for t in tools], ext])
+        if key not in done:  # the same request again (greedy): answered once
+
+            async def send() -> Row:
+                async with sem:
+                    return await run_one(client, model, item, arm, tools, ext, args.max_tokens)
+
+            done[key] = asyncio.ensure_future(send())
+        row = Row(**asdict(await done[key]))
+        row.arm = arm
+        print(json.dumps(asdict(row)), flush=True)
+        return row
+
+    rows = await asyncio.gather(*(one(*j) for j in jobs))
+    await client.close()
+    summary = summarize(list(rows))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "rows.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
+    ap.add_argument("--api-key", default="EMPTY")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--sizes", default="5,10,30", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--items", type=int, default=12, help="corpus items per size (+ golden)")
+    ap.add_argument("--arms", default=",".join(ARMS), type=lambda s: s.split(","))
+    ap.add_argument("--min-score", type=float, default=0.3, help="abstention arm's floor")
+    ap.add_argument("--no-abstention", dest="abstention", action="store_false")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    for arm in args.arms:
+        if arm not in ARMS:
+            ap.error(f"unknown arm {arm!r}: {', '.join(ARMS)}")
+    summary = asyncio.run(run(args))
+    print("RESULT " + json.dumps(summary))
+    return 0
