@@ -15,8 +15,9 @@ port is never adopted. The watchdog (`supervise`) restarts a dead engine with ca
 exponential backoff and never gives up; meanwhile `/health` and every request get 503 with
 ``Retry-After``. An external engine (``LOOPSTACK_ENGINE_URL``, e.g. a router in front of
 several vLLM replicas) counts as ready only while it lists our model, and its "no engine"
-answers (404, 500 after its failover, 502-504) become the same 503. The HTTP client lives as long as the engine
-object: only the final `stop` closes it.
+answers (404, 500 after its failover, 502-504) become the same 503. One health check takes
+at most ``HEALTH_TIMEOUT_S``. The HTTP client lives as long as the engine object: only the
+final `stop` closes it.
 """
 
 from __future__ import annotations

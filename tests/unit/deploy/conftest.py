@@ -17,7 +17,7 @@ DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 OVERLAYS = sorted(p for p in (K8S / "overlays").iterdir() if (p / "kustomization.yaml").is_file())
 # The overlays that ship the monitoring component (cpu-offline runs without Prometheus).
-MONITORED = [o for o in OVERLAYS if "components/monitoring" in (o / "kustomization.yaml").read_text()]
+MONITORED = [o for o in OVERLAYS if "/monitoring" in (o / "kustomization.yaml").read_text()]
 GPU_OVERLAYS = [o for o in OVERLAYS if o.name != "cpu-offline"]
 KUSTOMIZATIONS = [
     *OVERLAYS,

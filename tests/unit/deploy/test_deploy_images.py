@@ -31,7 +31,9 @@ def make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 @functools.cache
-def planned_builds(*args: str, targets: tuple[str, ...] = ("images", "image-gpu")) -> dict[str, str]:
+def planned_builds(
+    *args: str, targets: tuple[str, ...] = ("images", "image-gpu")
+) -> dict[str, str]:
     """tag -> Dockerfile, from the commands `make -n TARGETS` would run (all our images)."""
     out = make("-n", *targets, *args)
     assert out.returncode == 0, out.stderr

@@ -217,14 +217,11 @@ def test_the_topology_is_wired_together(
     rendered: dict[str, list[dict[str, Any]]], overlay: Path
 ) -> None:
     from serving.hardware import Hardware, vllm_launch
-
     from tests.unit.deploy.conftest import container_env
 
     docs = rendered[str(overlay.relative_to(ROOT))]
-    layer_c = next(
-        c for c in by_kind(docs, "Deployment", "loopstack")["spec"]["template"]["spec"]["containers"]
-        if c["name"] == "loopstack"
-    )
+    layer_spec = by_kind(docs, "Deployment", "loopstack")["spec"]["template"]["spec"]
+    layer_c = next(c for c in layer_spec["containers"] if c["name"] == "loopstack")
     engine_c = by_kind(docs, "StatefulSet", "vllm")["spec"]["template"]["spec"]["containers"][0]
     layer, engine = container_env(docs, layer_c), container_env(docs, engine_c)
     # our layer -> the router's Service, with the replicas' model, name and context length
