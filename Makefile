@@ -19,7 +19,8 @@ PY_DIRS := $(PKGS) tests
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
 	@echo "make test    - install, lint, then run unit + integration tests (real model)"
-	@echo "make images  - build the container images (REGISTRY=host/team also pushes them)"
+	@echo "make images  - build the images the cluster runs (image-cpu, image-worker; image-gpu apart;"
+	@echo "               REGISTRY=host/team pushes; BASE_IMAGE, PIP_INDEX_URL, TORCH_INDEX_URL, CA)"
 	@echo "make lint    - ruff + mypy";  echo "make bench   - agent load sweep against a running server (bench-serving: the rest)"
 
 install: $(STAMP)
@@ -112,25 +113,49 @@ EVAL_ARGS ?=
 eval: install
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack bench golden run $(EVAL_ARGS)
 
-# Every image the deploy/ manifests reference, tagged from the project version:
-# loopstack:V-gpu, loopstack:V-cpu, loopstack-agent-worker:V. REGISTRY=host/team tags them
-# as REGISTRY/NAME:TAG too and pushes them. Needs a running Docker daemon.
+# Our images, tagged from the project version. `make images` builds what the Kubernetes
+# manifests run: loopstack:V-cpu (the layer, the weights Job, the cpu-offline engine) and
+# loopstack-agent-worker:V on top of it. `make image-gpu` builds loopstack:V-gpu (compose's
+# gpu profile, deploy/gpu-smoke.sh; the cluster's engines are vLLM's own image).
+# REGISTRY=host/team also tags each as REGISTRY/NAME:TAG and pushes it. Needs a Docker
+# daemon (BuildKit). Build inputs, each empty for the Dockerfile's default:
+#   BASE_IMAGE       the image it starts FROM (CPU: python:3.11.16-slim-trixie, GPU:
+#                    vllm/vllm-openai:v0.33.0), e.g. from your mirror instead of Docker Hub
+#   PIP_INDEX_URL    a PyPI mirror;  TORCH_INDEX_URL  PyTorch's CPU wheel index (CPU image)
+#   CA               a PEM file of extra CA certificates (a TLS-inspecting proxy): a BuildKit
+#                    secret, used by pip during the build and never stored in the image
 DOCKER   ?= docker
 VERSION  := $(shell $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
 REGISTRY ?=
-images:
-	@$(DOCKER) info >/dev/null 2>&1 || { echo "make images: no Docker daemon answers ('$(DOCKER) info' failed): start Docker, or set DOCKER= to a working client" >&2; exit 1; }
-	$(DOCKER) build -f deploy/docker/Dockerfile.gpu -t loopstack:$(VERSION)-gpu .
-	$(DOCKER) build -f deploy/docker/Dockerfile.cpu -t loopstack:$(VERSION)-cpu .
-	$(DOCKER) build -f deploy/docker/Dockerfile.worker --build-arg LOOPSTACK_IMAGE=loopstack:$(VERSION)-cpu -t loopstack-agent-worker:$(VERSION) .
-ifneq ($(REGISTRY),)
-	$(DOCKER) tag loopstack:$(VERSION)-gpu $(REGISTRY)/loopstack:$(VERSION)-gpu
-	$(DOCKER) push $(REGISTRY)/loopstack:$(VERSION)-gpu
-	$(DOCKER) tag loopstack:$(VERSION)-cpu $(REGISTRY)/loopstack:$(VERSION)-cpu
-	$(DOCKER) push $(REGISTRY)/loopstack:$(VERSION)-cpu
-	$(DOCKER) tag loopstack-agent-worker:$(VERSION) $(REGISTRY)/loopstack-agent-worker:$(VERSION)
-	$(DOCKER) push $(REGISTRY)/loopstack-agent-worker:$(VERSION)
-endif
+BASE_IMAGE      ?=
+PIP_INDEX_URL   ?=
+TORCH_INDEX_URL ?=
+CA              ?=
+comma := ,
+BUILD_INPUTS = $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
+  $(if $(PIP_INDEX_URL),--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL)) \
+  $(if $(CA),--secret id=ca$(comma)src=$(abspath $(CA)))
+# push IMAGE: tag it into REGISTRY and push it (nothing without REGISTRY)
+push = $(if $(REGISTRY),$(DOCKER) tag $(1) $(REGISTRY)/$(1) && $(DOCKER) push $(REGISTRY)/$(1))
+
+.PHONY: image-cpu image-gpu image-worker docker-daemon
+docker-daemon:
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make $(MAKECMDGOALS): no Docker daemon answers ('$(DOCKER) info' failed): start Docker, or set DOCKER= to a working client" >&2; exit 1; }
+	@[ -z "$(CA)" ] || [ -f "$(CA)" ] || { echo "make $(MAKECMDGOALS): CA=$(CA) is not a file" >&2; exit 1; }
+
+image-cpu: docker-daemon
+	DOCKER_BUILDKIT=1 $(DOCKER) build -f deploy/docker/Dockerfile.cpu $(strip $(BUILD_INPUTS) $(if $(TORCH_INDEX_URL),--build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL))) -t loopstack:$(VERSION)-cpu .
+	$(call push,loopstack:$(VERSION)-cpu)
+
+image-worker: image-cpu
+	DOCKER_BUILDKIT=1 $(DOCKER) build -f deploy/docker/Dockerfile.worker --build-arg LOOPSTACK_IMAGE=loopstack:$(VERSION)-cpu -t loopstack-agent-worker:$(VERSION) .
+	$(call push,loopstack-agent-worker:$(VERSION))
+
+image-gpu: docker-daemon
+	DOCKER_BUILDKIT=1 $(DOCKER) build -f deploy/docker/Dockerfile.gpu $(strip $(BUILD_INPUTS)) -t loopstack:$(VERSION)-gpu .
+	$(call push,loopstack:$(VERSION)-gpu)
+
+images: image-cpu image-worker
 
 clean:
 	rm -rf $(VENV) $(CLIENTS) .pytest_cache .mypy_cache .ruff_cache

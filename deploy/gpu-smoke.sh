@@ -2,7 +2,7 @@
 # GPU smoke run for a fresh NVIDIA machine, unattended:
 #   install (make install ENGINE=gpu) -> loopstack serve -> wait for /health ->
 #   tool-call validity bench -> constraint-cost bench -> agent load sweep (1, 4, 16 agents)
-#   -> the GPU image (deploy/docker/Dockerfile.gpu, as `make images` builds it) served with
+#   -> the GPU image (deploy/docker/Dockerfile.gpu, as `make image-gpu` builds it) served with
 #   Docker and asked for a tool call -> one results folder and a summary table.
 #
 #   deploy/gpu-smoke.sh                          # Qwen/Qwen2.5-7B-Instruct (or $LOOPSTACK_MODEL)

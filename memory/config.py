@@ -40,6 +40,12 @@ class MemorySettings(BaseSettings):
         default=None,
         description="A postgresql:// URL: one ledger shared by every app server (over `path`)",
     )
+    allow_no_rls: bool = Field(
+        default=False,
+        description="Open a Postgres ledger even when its role is a superuser or has "
+        "BYPASSRLS (row-level security then isolates nobody; a warning is logged). Off: such "
+        "a ledger refuses to open (RowSecurityError). For a one-off admin task, never the app",
+    )
     index_dir: Path | None = Field(
         default=None,
         description="This server's FAISS replica folder; default beside the ledger file, or "

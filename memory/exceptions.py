@@ -6,7 +6,8 @@ catch memory failures without catching everything else::
     LoopstackMemoryError
     ├── ConfigError                  bad settings (unknown index kind, bad weights, ...)
     ├── LedgerError                  the SQLite ledger failed or is not what we expect
-    │   └── SchemaVersionError       the file was written by a newer schema
+    │   ├── SchemaVersionError       the file was written by a newer schema
+    │   └── RowSecurityError         Postgres: the role bypasses row-level security
     ├── IndexError_                  the FAISS index is unusable
     │   └── IndexMismatchError       index dim/model differs from the ledger's embedder
     ├── EmbeddingError               the embedder failed (model missing, endpoint down)
@@ -33,6 +34,7 @@ __all__ = [
     "NotFoundError",
     "RedactedError",
     "RejectedError",
+    "RowSecurityError",
     "SchemaVersionError",
     "SchemaViolationError",
     "ScopeError",
@@ -53,6 +55,11 @@ class LedgerError(LoopstackMemoryError):
 
 class SchemaVersionError(LedgerError):
     """The ledger file was written by a newer, unknown schema version."""
+
+
+class RowSecurityError(LedgerError):
+    """The Postgres ledger's role is a superuser or has BYPASSRLS: the per-user row-level
+    security would not apply, so the ledger refuses to open (unless explicitly allowed)."""
 
 
 class IndexError_(LoopstackMemoryError):

@@ -182,7 +182,7 @@ def migrate(
     settings = settings or MemorySettings()
     path = parse_source(source)
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    dst = PgLedger(url)
+    dst = PgLedger(url, allow_no_rls=settings.allow_no_rls)
     report = MigrationReport()
     try:
         counts, report.change_seq = _copy(src, dst)

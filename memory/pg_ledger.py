@@ -31,7 +31,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memory.backend import WriteShortcuts, group_by_user, redact_url
 from memory.embedding import Vectors
-from memory.exceptions import LedgerError, SchemaVersionError
+from memory.exceptions import LedgerError, RowSecurityError, SchemaVersionError
 from memory.pg_schema import ALL, CHANNEL, MIGRATIONS, PG_SCHEMA_VERSION, SET_SCOPE
 from memory.pg_tx import PgTransaction, errors
 from memory.records import MemoryType, Record, Scope, TrustEvent
@@ -79,12 +79,24 @@ def keyword_params(scope: Scope, words: Sequence[str], k: int) -> tuple[Any, ...
 class PgLedger(WriteShortcuts):
     """Thread-safe access to one Postgres database. All methods block; call them off the loop."""
 
-    def __init__(self, url: str, *, pool_size: int = 8, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        timeout_s: float = 5.0,
+        allow_no_rls: bool = False,
+    ) -> None:
+        """Open the pool and migrate. A role that bypasses row-level security (a superuser,
+        or BYPASSRLS) raises :class:`RowSecurityError` before anything is created, unless
+        ``allow_no_rls`` (``LOOPSTACK_MEMORY_ALLOW_NO_RLS``): then it opens with a warning
+        and ``row_security`` is False."""
         self.url = url
         self._callbacks: list[Callable[[], object]] = []
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
         self.row_security = True
+        self._allow_no_rls = allow_no_rls
         try:
             self._pool = ConnectionPool(
                 url,
@@ -95,10 +107,14 @@ class PgLedger(WriteShortcuts):
                 open=False,
             )
             self._pool.open(wait=True, timeout=timeout_s)
+            self._check_row_security()
             self._migrate()
         except (psycopg.Error, PoolTimeout) as exc:
             self._pool.close()
             raise LedgerError(f"cannot open ledger {redact_url(url)}: {exc}") from exc
+        except RowSecurityError:
+            self._pool.close()
+            raise
 
     def describe(self) -> str:
         return redact_url(self.url)
@@ -121,16 +137,33 @@ class PgLedger(WriteShortcuts):
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (str(v),),
                 )
-            bypass = conn.execute(
-                "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+
+    def _check_row_security(self) -> None:
+        """Refuse a role that row-level security does not bind, before any table is made."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT current_user, rolsuper, rolbypassrls FROM pg_roles "
+                "WHERE rolname = current_user"
             ).fetchone()
-        if bypass and bypass[0]:
-            self.row_security = False
-            logger.warning(
-                "memory ledger %s: connected as a superuser or BYPASSRLS role, so row-level "
-                "security does not apply; connect the app as an ordinary role",
-                self.describe(),
+        if row is None or not (row[1] or row[2]):
+            return
+        what = "a superuser" if row[1] else "a BYPASSRLS role"
+        if not self._allow_no_rls:
+            raise RowSecurityError(
+                f"memory ledger {self.describe()}: role {row[0]!r} is {what}, so row-level "
+                "security would not isolate one user's memory from another's. Connect as an "
+                "ordinary role (CREATE ROLE ... NOSUPERUSER NOBYPASSRLS owning the database; "
+                "deploy/k8s/agent-memory/initdb makes one), or set "
+                "LOOPSTACK_MEMORY_ALLOW_NO_RLS=1 to open it anyway (isolation off)."
             )
+        self.row_security = False
+        logger.warning(
+            "memory ledger %s: role %r is %s and LOOPSTACK_MEMORY_ALLOW_NO_RLS is set: "
+            "row-level security does not apply",
+            self.describe(),
+            row[0],
+            what,
+        )
 
     def _rows(
         self, sql: str, params: Sequence[Any] = (), scope: str = ALL, *, serial: bool = False

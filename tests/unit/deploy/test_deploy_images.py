@@ -31,9 +31,11 @@ def make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 @functools.cache
-def planned_builds(*args: str) -> dict[str, str]:
-    """tag -> Dockerfile, from the commands `make -n images` would run."""
-    out = make("-n", "images", *args)
+def planned_builds(
+    *args: str, targets: tuple[str, ...] = ("images", "image-gpu")
+) -> dict[str, str]:
+    """tag -> Dockerfile, from the commands `make -n TARGETS` would run (all our images)."""
+    out = make("-n", *targets, *args)
     assert out.returncode == 0, out.stderr
     builds = {}
     for line in out.stdout.splitlines():
@@ -46,22 +48,86 @@ def planned_builds(*args: str) -> dict[str, str]:
 
 
 def test_make_images_builds_each_image_tagged_from_the_project_version() -> None:
-    builds = planned_builds()
-    assert builds == {
-        f"loopstack:{VERSION}-gpu": "deploy/docker/Dockerfile.gpu",
+    """Issue 35, defect 5: `make images` builds what the cluster runs (the CPU image first,
+    the worker on it), not the GPU image no manifest uses; `make image-gpu` builds that."""
+    assert planned_builds(targets=("images",)) == {
         f"loopstack:{VERSION}-cpu": "deploy/docker/Dockerfile.cpu",
         f"loopstack-agent-worker:{VERSION}": "deploy/docker/Dockerfile.worker",
     }
-    for dockerfile in builds.values():
+    assert planned_builds(targets=("image-cpu",)) == {
+        f"loopstack:{VERSION}-cpu": "deploy/docker/Dockerfile.cpu"
+    }
+    assert planned_builds(targets=("image-gpu",)) == {
+        f"loopstack:{VERSION}-gpu": "deploy/docker/Dockerfile.gpu"
+    }
+    for dockerfile in planned_builds().values():
         assert (ROOT / dockerfile).is_file()
 
 
 def test_make_images_pushes_to_the_registry_it_is_given() -> None:
-    out = make("-n", "images", "REGISTRY=registry.example.com/team")
+    out = make("-n", "images", "image-gpu", "REGISTRY=registry.example.com/team")
     assert out.returncode == 0, out.stderr
     pushed = set(re.findall(r"\bpush (\S+)", out.stdout))
     assert pushed == {f"registry.example.com/team/{t}" for t in planned_builds()}
     assert "push" not in make("-n", "images").stdout  # no REGISTRY: build only
+
+
+def build_line(target: str, *args: str) -> str:
+    out = make("-n", target, *args)
+    assert out.returncode == 0, out.stderr
+    (line,) = [ln for ln in out.stdout.splitlines() if " build " in ln]
+    return line
+
+
+@pytest.mark.parametrize("target", ["image-cpu", "image-gpu"])
+def test_the_build_inputs_are_make_variables(target: str, tmp_path: Path) -> None:
+    """Base image, package indexes and a CA bundle reach `docker build` (`make -n`: no
+    daemon here, so the plumbing is what is checked, not a build)."""
+    ca = tmp_path / "corp-ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    plain = build_line(target)
+    assert "--build-arg" not in plain and "--secret" not in plain  # the Dockerfile defaults
+    line = build_line(
+        target, "BASE_IMAGE=mirror.example/base:1.2.3", "PIP_INDEX_URL=https://pypi.example/simple",
+        "TORCH_INDEX_URL=https://torch.example/cpu", f"CA={ca}",
+    )  # fmt: skip
+    assert "--build-arg BASE_IMAGE=mirror.example/base:1.2.3" in line
+    assert "--build-arg PIP_INDEX_URL=https://pypi.example/simple" in line
+    assert f"--secret id=ca,src={ca}" in line
+    assert ("--build-arg TORCH_INDEX_URL=https://torch.example/cpu" in line) is (
+        target == "image-cpu"
+    )
+    dockerfile = ROOT / re.search(r"-f (\S+)", line).group(1)  # type: ignore[union-attr]
+    text = dockerfile.read_text()
+    declared = set(re.findall(r"^ARG (\w+)", text, re.M))
+    assert {"BASE_IMAGE", "PIP_INDEX_URL"} <= declared
+    assert target == "image-gpu" or "TORCH_INDEX_URL" in declared
+    froms = re.findall(r"^FROM (\S+)", text, re.M)
+    assert froms and all(f == "${BASE_IMAGE}" for f in froms), froms
+    # every RUN that installs packages can trust the CA (a BuildKit secret, not a layer)
+    for run in re.findall(r"^RUN .*?(?<!\\)$", text, re.M | re.S):
+        if "pip install" in run:
+            assert "--mount=type=secret,id=ca" in run and "PIP_CERT" in run, run[:200]
+
+
+def test_no_dockerfile_pulls_a_frontend_from_docker_hub() -> None:
+    """A `# syntax=docker/dockerfile:1` line makes BuildKit pull that image from Docker Hub
+    before anything else, whatever BASE_IMAGE says."""
+    for dockerfile in (DEPLOY / "docker").glob("Dockerfile.*"):
+        assert not re.search(r"^#\s*syntax=", dockerfile.read_text(), re.M), dockerfile.name
+
+
+@pytest.mark.parametrize("target", ["images", "image-cpu", "image-gpu"])
+def test_each_image_target_fails_clearly_without_a_docker_daemon(
+    target: str, tmp_path: Path
+) -> None:
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    out = make(target, f"DOCKER={fake}")
+    assert out.returncode != 0
+    assert "no docker daemon" in out.stderr.lower(), out.stdout + out.stderr
+    assert " build " not in out.stdout
 
 
 def test_make_images_fails_clearly_without_a_docker_daemon(tmp_path: Path) -> None:
@@ -184,7 +250,7 @@ DEBIAN_STABLE = "trixie"  # Debian 13, stable since 2025-08; bookworm is oldstab
 
 def test_the_python_base_image_is_fully_pinned_and_current() -> None:
     text = (DEPLOY / "docker/Dockerfile.cpu").read_text()
-    m = re.search(r"^ARG PYTHON_IMAGE=python:(\d+)\.(\d+)\.(\d+)-slim-(\w+)$", text, re.M)
+    m = re.search(r"^ARG BASE_IMAGE=python:(\d+)\.(\d+)\.(\d+)-slim-(\w+)$", text, re.M)
     assert m, "the CPU image's python base is not pinned to major.minor.patch-slim-<debian>"
     assert (int(m.group(1)), int(m.group(2))) == sys.version_info[:2]  # what the tests run
     assert m.group(4) == DEBIAN_STABLE, m.group(4)

@@ -89,7 +89,7 @@ def test_gpu_image_is_vllms_own_at_the_pinned_engine_version() -> None:
     pin = re.search(r"^vllm==(\S+)$", (ROOT / "requirements/engine-gpu.txt").read_text(), re.M)
     assert pin is not None
     text = (DEPLOY / "docker/Dockerfile.gpu").read_text()
-    assert f"ARG VLLM_IMAGE=vllm/vllm-openai:v{pin.group(1)}\nFROM ${{VLLM_IMAGE}}" in text
+    assert f"ARG BASE_IMAGE=vllm/vllm-openai:v{pin.group(1)}\nFROM ${{BASE_IMAGE}}" in text
     assert "-c /tmp/image-pins.txt" in text  # the image's torch/vllm stay as shipped
 
 
@@ -217,9 +217,13 @@ def test_the_topology_is_wired_together(
     rendered: dict[str, list[dict[str, Any]]], overlay: Path
 ) -> None:
     from serving.hardware import Hardware, vllm_launch
+    from tests.unit.deploy.conftest import container_env
 
     docs = rendered[str(overlay.relative_to(ROOT))]
-    layer, engine = config(docs, "loopstack-config"), config(docs, "vllm-config")
+    layer_spec = by_kind(docs, "Deployment", "loopstack")["spec"]["template"]["spec"]
+    layer_c = next(c for c in layer_spec["containers"] if c["name"] == "loopstack")
+    engine_c = by_kind(docs, "StatefulSet", "vllm")["spec"]["template"]["spec"]["containers"][0]
+    layer, engine = container_env(docs, layer_c), container_env(docs, engine_c)
     # our layer -> the router's Service, with the replicas' model, name and context length
     router_svc = by_kind(docs, "Service", "vllm-router")
     assert layer["LOOPSTACK_ENGINE_URL"] == f"http://{router_svc['metadata']['name']}"
@@ -285,7 +289,7 @@ def test_agent_memory_workers_share_one_postgres(
     assert pg["spec"]["replicas"] == 1  # one primary: the trial database
     pg_env = {e["name"]: e for e in pg["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert (
-        pg_env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        pg_env["MEMORY_APP_PASSWORD"]["valueFrom"]["secretKeyRef"]
         == (env["PGPASSWORD"]["valueFrom"]["secretKeyRef"])
     )
 

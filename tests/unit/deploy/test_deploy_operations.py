@@ -15,6 +15,7 @@ import yaml
 
 from tests.unit.deploy.conftest import (
     DEPLOY,
+    MONITORED,
     OVERLAYS,
     ROOT,
     Doc,
@@ -59,11 +60,12 @@ def shared_rwo_claims(docs: list[Doc]) -> list[str]:
     return bad
 
 
-def helm_engine_docs(values: Doc, scaled: Doc) -> list[Doc]:
+def helm_engine_docs(values: Doc, scaled: Doc, claims: list[Doc] = ()) -> list[Doc]:  # type: ignore[assignment]
     """The vllm-stack chart's engine Deployment and PVC as its templates make them (0.1.12:
     one PVC `<release>-<model>-storage-claim` per model when `pvcStorage` is set, mounted
-    by every replica), plus our ScaledObject, reduced to what the claim check reads."""
-    docs: list[Doc] = [scaled]
+    by every replica), plus our ScaledObject and the claims applied beside the chart
+    (deploy/helm/loopstack-layer's model-weights), reduced to what the claim check reads."""
+    docs: list[Doc] = [scaled, *claims]
     for model in values["servingEngineSpec"]["modelSpec"]:
         name = f"vllm-stack-{model['name']}-deployment-vllm"
         volumes: list[Doc] = list(model.get("extraVolumes", []))
@@ -84,35 +86,63 @@ def helm_engine_docs(values: Doc, scaled: Doc) -> list[Doc]:
 
 HELM_VALUES = DEPLOY / "helm" / "values-vllm-stack.yaml"
 HELM_SCALER = DEPLOY / "helm" / "scaledobject-vllm-stack.yaml"
+HELM_LAYER = "deploy/helm/loopstack-layer"
+
+
+def helm_claims(rendered: dict[str, list[Doc]]) -> list[Doc]:
+    return [d for d in rendered[HELM_LAYER] if d["kind"] == "PersistentVolumeClaim"]
 
 
 def test_no_readwriteonce_claim_is_shared_by_replicas(rendered: dict[str, list[Doc]]) -> None:
     failures = [f"{n}: {b}" for n, docs in rendered.items() for b in shared_rwo_claims(docs)]
     values = yaml.safe_load(HELM_VALUES.read_text())
     scaled = yaml.safe_load(HELM_SCALER.read_text())
-    failures += [f"helm: {b}" for b in shared_rwo_claims(helm_engine_docs(values, scaled))]
+    helm = helm_engine_docs(values, scaled, helm_claims(rendered))
+    failures += [f"helm: {b}" for b in shared_rwo_claims(helm)]
     assert not failures, "\n".join(failures)
 
 
-def test_the_claim_check_catches_a_shared_claim() -> None:
+def test_the_claim_check_catches_a_shared_claim(rendered: dict[str, list[Doc]]) -> None:
     values = yaml.safe_load(HELM_VALUES.read_text())
     scaled = yaml.safe_load(HELM_SCALER.read_text())
+    claims = helm_claims(rendered)
     model = values["servingEngineSpec"]["modelSpec"][0]
     model.update(pvcStorage="60Gi", pvcAccessMode=["ReadWriteOnce"], replicaCount=2)
-    assert shared_rwo_claims(helm_engine_docs(values, scaled))
+    assert shared_rwo_claims(helm_engine_docs(values, scaled, claims))
     model["pvcAccessMode"] = ["ReadWriteMany"]
-    assert not shared_rwo_claims(helm_engine_docs(values, scaled))
+    assert not shared_rwo_claims(helm_engine_docs(values, scaled, claims))
+    assert shared_rwo_claims(helm_engine_docs(values, scaled))  # model-weights unknown: RWO
 
 
-def test_helm_engine_replicas_each_get_their_own_model_volume() -> None:
+def test_helm_engines_load_the_shared_weights_read_only_and_offline(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    """Issue 35, defect 6: no engine of the chart downloads (each did, under its startup
+    probe): they mount the claim deploy/helm/loopstack-layer makes and its Job fills."""
     model = yaml.safe_load(HELM_VALUES.read_text())["servingEngineSpec"]["modelSpec"][0]
     volumes = {v["name"]: v for v in model.get("extraVolumes", [])}
-    mounts = {m["name"]: m["mountPath"] for m in model.get("extraVolumeMounts", [])}
-    per_pod = [n for n, v in volumes.items() if "ephemeral" in v]
-    assert per_pod and all(n in mounts for n in per_pod), (volumes, mounts)
-    args = model["vllmConfig"]["extraArgs"]
-    download = args[args.index("--download-dir") + 1]
-    assert any(download.startswith(mounts[n]) for n in per_pod)
+    mounts = {m["name"]: m for m in model.get("extraVolumeMounts", [])}
+    claims = {c["metadata"]["name"]: c for c in helm_claims(rendered)}
+    shared = [n for n, v in volumes.items() if "persistentVolumeClaim" in v]
+    assert shared, volumes
+    for n in shared:
+        pvc = volumes[n]["persistentVolumeClaim"]
+        assert pvc["readOnly"] is True and mounts[n]["readOnly"] is True
+        assert claims[pvc["claimName"]]["spec"]["accessModes"] == ["ReadWriteMany"]
+    job = next(d for d in rendered[HELM_LAYER] if d["kind"] == "Job")
+    weights = next(d for d in rendered[HELM_LAYER] if d["kind"] == "ConfigMap"
+                   and d["metadata"]["name"] == "model-weights")["data"]  # fmt: skip
+    assert model["modelURL"] == weights["MODEL_DIR"]
+    assert any(weights["MODEL_DIR"].startswith(mounts[n]["mountPath"]) for n in shared)
+    job_vols = job["spec"]["template"]["spec"]["volumes"]
+    assert {v["persistentVolumeClaim"]["claimName"] for v in job_vols
+            if "persistentVolumeClaim" in v} == {volumes[n]["persistentVolumeClaim"]["claimName"]
+                                                 for n in shared}  # fmt: skip
+    env = {e["name"]: e.get("value") for e in model["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1" and "--download-dir" not in model["vllmConfig"].get(
+        "extraArgs", [])  # fmt: skip
+    init = model["initContainer"]
+    assert ".loopstack-complete" in " ".join(init["command"] + init.get("args", []))
 
 
 # ----------------------------------------------------------- 3. metrics, monitors, alerts
@@ -124,7 +154,7 @@ def monitors(docs: list[Doc]) -> list[Doc]:
     return [d for d in docs if d["kind"] in ("PodMonitor", "ServiceMonitor")]
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+@pytest.mark.parametrize("overlay", MONITORED, ids=lambda p: p.name)
 def test_prometheus_scrapes_vllm_the_router_and_the_layer(
     rendered: dict[str, list[Doc]], overlay: Path
 ) -> None:
@@ -144,7 +174,7 @@ def test_prometheus_scrapes_vllm_the_router_and_the_layer(
         assert scraped, f"nothing scrapes {name}"
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+@pytest.mark.parametrize("overlay", MONITORED, ids=lambda p: p.name)
 def test_monitoring_objects_carry_the_release_label_from_one_value(
     rendered: dict[str, list[Doc]], overlay: Path
 ) -> None:
@@ -220,7 +250,7 @@ def test_the_scalers_count_only_the_engines_queue(rendered: dict[str, list[Doc]]
 SLO_ALERTS = ("EngineDown", "QueueGrowing", "HighErrorRate", "StepLatencyAboveSLO")
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+@pytest.mark.parametrize("overlay", MONITORED, ids=lambda p: p.name)
 def test_prometheus_rule_has_the_alerts_an_operator_needs(
     rendered: dict[str, list[Doc]], overlay: Path
 ) -> None:
@@ -243,7 +273,7 @@ def test_prometheus_rule_has_the_alerts_an_operator_needs(
 def test_the_dashboard_ships_as_a_configmap_of_the_file_compose_mounts(
     rendered: dict[str, list[Doc]],
 ) -> None:
-    docs = overlay_docs(rendered, OVERLAYS[0])
+    docs = overlay_docs(rendered, MONITORED[0])
     cms = [d for d in docs if d["kind"] == "ConfigMap"
            and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]  # fmt: skip
     assert len(cms) == 1

@@ -7,7 +7,9 @@ API run; the router is an httpx MockTransport."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -29,9 +31,14 @@ class FakeRouter:
         self.engines: list[str] = []
         self.no_engine_status = 404
         self.upstream_status = 200  # what a present engine answers
+        self.stall_s = 0.0  # how long /health and /v1/models take to answer
+        self.timeouts: list[dict[str, float]] = []  # the client's limits, per health call
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
+        if path in ("/health", "/v1/models"):
+            self.timeouts.append(request.extensions.get("timeout", {}))
+            await asyncio.sleep(self.stall_s)
         if path == "/health":
             return httpx.Response(200, json={"status": "healthy"})
         if path == "/metrics":
@@ -88,7 +95,7 @@ async def test_health_is_unready_until_an_engine_serves_our_model(
     assert (await client.get("/health")).status_code == 200
 
 
-@pytest.mark.parametrize("status", [404, 503, 502])
+@pytest.mark.parametrize("status", [404, 500, 503, 502])
 @pytest.mark.parametrize("stream", [False, True])
 async def test_requests_get_503_with_retry_after_while_no_engine_is_ready(
     wired: tuple[httpx.AsyncClient, FakeRouter], status: int, stream: bool
@@ -111,3 +118,62 @@ async def test_with_an_engine_requests_pass_and_its_own_errors_are_kept(
     router.upstream_status = 400  # the engine's own 4xx is still the client's
     r = await client.post("/v1/chat/completions", json=chat_body())
     assert r.status_code == 400, r.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_500_after_the_routers_failover_is_503_with_retry_after(
+    wired: tuple[httpx.AsyncClient, FakeRouter], stream: bool
+) -> None:
+    """Issue 35, defect 8: production-stack's router answers 500 once its failover over the
+    replicas is exhausted (the replica it picked died mid-request): retry later, not 500."""
+    client, router = wired
+    router.engines = [MODEL]
+    router.upstream_status = 500
+    r = await client.post("/v1/chat/completions", json=chat_body(stream=stream))
+    assert r.status_code == 503, r.text
+    assert int(r.headers["retry-after"]) > 0
+    assert r.json()["error"]["code"] == "engine_unavailable"
+
+
+def health_worst_case_s() -> float:
+    """How long one `/health` of the layer can take, read from the code: the deadline the
+    engine's health check runs under (what `serving.server` constructs it with)."""
+    import inspect
+
+    from serving import server
+
+    assert "health_timeout_s" not in inspect.getsource(server.create_app)  # the default
+    default = inspect.signature(VLLMEngine).parameters["health_timeout_s"].default
+    return float(default)
+
+
+async def test_the_health_checks_calls_fit_in_its_deadline(
+    wired: tuple[httpx.AsyncClient, FakeRouter],
+) -> None:
+    client, router = wired
+    router.engines = [MODEL]
+    router.timeouts.clear()  # the start's own calls
+    assert (await client.get("/health")).status_code == 200
+    calls = router.timeouts
+    assert len(calls) == 2  # /health, then /v1/models (behind a router)
+    # each call's own limits (pool, connect, write, read), one after the other
+    assert sum(max(t.values()) for t in calls) <= health_worst_case_s()
+
+
+async def test_a_stalled_engine_makes_health_unready_within_the_deadline() -> None:
+    router = FakeRouter()
+    router.engines = [MODEL]
+    engine = VLLMEngine(
+        [], env={}, port=0, model_name=MODEL, base_url="http://router.test", health_timeout_s=0.3
+    )
+    await engine._client.aclose()
+    engine._client = httpx.AsyncClient(
+        transport=httpx.MockTransport(router), base_url="http://router.test"
+    )
+    await engine.start()
+    assert await engine.healthy()
+    router.stall_s = 30.0
+    t0 = time.monotonic()
+    assert await engine.healthy() is False
+    assert time.monotonic() - t0 < 2.0
+    await engine._client.aclose()

@@ -148,7 +148,9 @@ def test_vllm_and_the_router_take_the_key_the_layer_sends(
 ) -> None:
     docs = rendered[str(overlay.relative_to(ROOT))]
     specs = {where.split("/")[1]: spec for where, _, spec in pod_specs(docs)}
-    engine_key = env_of(specs["vllm"])["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]
+    engine_env = env_of(specs["vllm"])  # vLLM's key, or (cpu-offline) `loopstack serve`'s
+    engine_key = (engine_env.get("VLLM_API_KEY") or engine_env["LOOPSTACK_API_KEY"])[
+        "valueFrom"]["secretKeyRef"]  # fmt: skip
     router_key = env_of(specs["vllm-router"])["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]
     layer_key = env_of(specs["loopstack"])["LOOPSTACK_ENGINE_API_KEY"]["valueFrom"]
     assert engine_key == router_key == layer_key["secretKeyRef"]
@@ -161,8 +163,14 @@ POD_NET = ipaddress.ip_network("10.244.0.0/16")  # a typical pod CIDR, for ipBlo
 
 
 class Pod:
-    def __init__(self, labels: dict[str, str], ns: str = "loopstack", ports: Any = ()) -> None:
-        self.labels, self.ns = labels, ns
+    """An endpoint. ``host``: on the node's network (the API server, NodeLocal DNSCache):
+    no podSelector matches it, and Cilium matches no ipBlock to it either (it sees the
+    host/kube-apiserver entity, not a CIDR); only a rule without peers lets traffic reach it."""
+
+    def __init__(
+        self, labels: dict[str, str], ns: str = "loopstack", ports: Any = (), host: bool = False
+    ) -> None:
+        self.labels, self.ns, self.host = labels, ns, host
         self.ports: dict[str, int] = dict(ports)
         self.ip = ipaddress.ip_address("10.244.1.7")
 
@@ -183,6 +191,8 @@ def selects(selector: Doc | None, labels: dict[str, str]) -> bool:
 
 
 def peer_matches(peer: Doc, pod: Pod, policy_ns: str) -> bool:
+    if pod.host:  # Cilium: an ipBlock does not select node addresses; no selector does
+        return False
     if "ipBlock" in peer:
         block = peer["ipBlock"]
         inside = pod.ip in ipaddress.ip_network(block["cidr"])
@@ -254,6 +264,10 @@ PROMETHEUS = Pod({"app.kubernetes.io/name": "prometheus"}, ns="monitoring")
 KUBE_DNS = Pod({"k8s-app": "kube-dns"}, ns="kube-system")
 INTERNET = Pod({}, ns="-")
 INTERNET.ip = ipaddress.ip_address("18.0.0.1")
+API_SERVER = Pod({}, ns="-", host=True)  # the control plane's node address, :443 or :6443
+API_SERVER.ip = ipaddress.ip_address("10.0.0.10")
+NODELOCAL_DNS = Pod({}, ns="-", host=True)  # NodeLocal DNSCache's link-local listener
+NODELOCAL_DNS.ip = ipaddress.ip_address("169.254.20.10")
 
 
 @pytest.fixture(scope="module")
@@ -299,7 +313,16 @@ def test_each_namespace_denies_by_default(rendered: dict[str, list[Doc]]) -> Non
         ("loopstack", "STRANGER", 80, False),
         ("vllm-router", "STRANGER", 8000, False),
         ("postgres", "STRANGER", 5432, False),
-        ("vllm", "INTERNET", 443, True),  # model weights from the hub
+        ("vllm", "INTERNET", 443, False),  # issue 35: the weights are on a volume
+        ("loopstack", "INTERNET", 443, False),  # ... and so is the tokenizer
+        ("vllm-router", "INTERNET", 80, False),
+        ("model-fetch", "INTERNET", 443, True),  # the one Job that fetches them
+        ("model-fetch", "STRANGER", 8000, False),
+        ("STRANGER", "model-fetch", 8000, False),
+        ("vllm-router", "API_SERVER", 6443, True),  # pod discovery, Cilium included
+        ("vllm-router", "API_SERVER", 443, True),
+        ("loopstack", "API_SERVER", 6443, False),
+        ("vllm", "API_SERVER", 443, False),
         ("postgres", "INTERNET", 443, False),
         ("agent-worker", "INTERNET", 25, False),
     ],
@@ -309,15 +332,40 @@ def test_network_policies_open_only_the_needed_paths(
 ) -> None:
     policies, pods = cluster
     named = {"STRANGER": STRANGER, "OTHER_NS": OTHER_NS, "PROMETHEUS": PROMETHEUS,
-             "INTERNET": INTERNET, **pods}  # fmt: skip
+             "INTERNET": INTERNET, "API_SERVER": API_SERVER, **pods}  # fmt: skip
     assert allowed(policies, named[src], named[dst], port) is expected
 
 
-@pytest.mark.parametrize("pod", ["loopstack", "vllm-router", "vllm", "agent-worker", "postgres"])
-def test_every_pod_resolves_names(cluster: tuple[list[Doc], dict[str, Pod]], pod: str) -> None:
+@pytest.mark.parametrize(
+    "pod", ["loopstack", "vllm-router", "vllm", "agent-worker", "postgres", "model-fetch"]
+)
+@pytest.mark.parametrize("dns", [KUBE_DNS, NODELOCAL_DNS], ids=["kube-dns", "nodelocal-dns"])
+def test_every_pod_resolves_names(
+    cluster: tuple[list[Doc], dict[str, Pod]], pod: str, dns: Pod
+) -> None:
+    """Issue 35, defect 7: with NodeLocal DNSCache the answer comes from the node, which a
+    kube-dns podSelector does not match."""
     policies, pods = cluster
-    assert allowed(policies, pods[pod], KUBE_DNS, 53, "UDP")
-    assert allowed(policies, pods[pod], KUBE_DNS, 53, "TCP")
+    assert allowed(policies, pods[pod], dns, 53, "UDP")
+    assert allowed(policies, pods[pod], dns, 53, "TCP")
+    assert not allowed(policies, pods[pod], dns, 80)
+
+
+def test_the_policy_model_sees_what_cilium_does_not_match() -> None:
+    """The pre-issue-35 rules, checked by the same model: the router's `0.0.0.0/0` ipBlock
+    does not reach the API server's node address, a kube-dns podSelector not NodeLocal DNS."""
+    router = Pod({"app": "router"})
+    old = [{"metadata": {}, "spec": {
+        "podSelector": {}, "policyTypes": ["Egress"], "egress": [
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 6443}]},
+            {"to": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+             "ports": [{"protocol": "UDP", "port": 53}]},
+        ]}}]  # fmt: skip
+    assert not allowed(old, router, API_SERVER, 6443)
+    assert allowed(old, router, KUBE_DNS, 53, "UDP")
+    assert not allowed(old, router, NODELOCAL_DNS, 53, "UDP")
 
 
 def test_the_policy_model_follows_kubernetes_semantics() -> None:

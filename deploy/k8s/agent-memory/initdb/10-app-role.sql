@@ -1,0 +1,33 @@
+-- The memory's app role: an ORDINARY role (no superuser, no BYPASSRLS), so the ledger's
+-- row-level security binds it (memory/pg_schema.py; memory/pg_ledger.py refuses to open as
+-- a role it would not bind). It owns the database, so it creates and migrates the tables.
+--
+-- Run once by the official postgres image's entrypoint (/docker-entrypoint-initdb.d, on an
+-- empty data directory only) as the admin POSTGRES_USER, connected to POSTGRES_DB, with:
+--   MEMORY_APP_USER      the role the workers log in as (LOOPSTACK_MEMORY_URL's user)
+--   MEMORY_APP_PASSWORD  its password (a Secret of its own, never the admin's)
+-- On a data directory made before this file existed, run it by hand as the admin:
+--   MEMORY_APP_USER=loopstack MEMORY_APP_PASSWORD=... psql -v ON_ERROR_STOP=1 -U postgres -d loopstack -f 10-app-role.sql
+\getenv app_user MEMORY_APP_USER
+\getenv app_password MEMORY_APP_PASSWORD
+\if :{?app_user}
+\else
+  DO $$ BEGIN RAISE EXCEPTION 'MEMORY_APP_USER is not set'; END $$;
+\endif
+\if :{?app_password}
+\else
+  DO $$ BEGIN RAISE EXCEPTION 'MEMORY_APP_PASSWORD is not set'; END $$;
+\endif
+
+SELECT format(
+  'CREATE ROLE %I LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE NOREPLICATION',
+  :'app_user'
+) WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'app_user') \gexec
+-- An existing role (a rerun, or the old superuser "loopstack") is made ordinary too.
+SELECT format(
+  'ALTER ROLE %I LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE NOREPLICATION',
+  :'app_user'
+) \gexec
+ALTER ROLE :"app_user" PASSWORD :'app_password';
+SELECT format('ALTER DATABASE %I OWNER TO %I', current_database(), :'app_user') \gexec
+SELECT format('REVOKE ALL ON DATABASE %I FROM PUBLIC', current_database()) \gexec
