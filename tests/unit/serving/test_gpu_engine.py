@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -157,9 +158,15 @@ def answers(
     bodies.append({"path": "/v1/completions", "body": {**bad, "structured_outputs": so}})
     questions, out = tmp / "questions.json", tmp / "answers.json"
     questions.write_text(json.dumps({"argvs": list(argvs.values()), "bodies": bodies}))
+    # HF_HUB_OFFLINE (make test sets it) makes vLLM swap a hub id for its cached snapshot at
+    # argument time (not found here: no model is on disk); a GPU box is online, and parsing
+    # needs nothing from the hub
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
     run = subprocess.run(
         [sys.executable, "-m", "tests.gpu_engine.probe", str(gpu_vllm), str(questions), str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     data = json.loads(out.read_text())
