@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install clients postgres serve test test-unit test-integration lint format bench bench-serving eval images clean
+.PHONY: help install clients postgres serve test test-unit test-integration lint format bench bench-serving eval images clean gpu-checks constraints-gpu
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
@@ -79,16 +79,34 @@ format: install
 # lock) and then finds it ready. A failed preparation is shown; the tests report it too.
 # The clients venv is made beside them too, under a lock the ecosystem tests wait on (`make`,
 # not $(MAKE), which would make `make -n test` run this whole recipe).
+# The GPU checks (below) start beside them as well; their failure fails `make test`.
 test: install postgres
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
 	  prep=$$!; \
 	  flock $(CLIENTS).lock make -s clients > $(VENV)/clients.log 2>&1 & \
 	  clients=$$!; \
+	  { $(GPU_CHECKS); } > $(VENV)/gpu-checks.log 2>&1 & \
+	  gpu=$$!; \
 	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
 	  rc=$$?; \
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
 	  wait $$clients || { echo "make clients failed:"; tail -20 $(VENV)/clients.log; }; \
+	  wait $$gpu || { echo "GPU checks failed:"; tail -20 $(VENV)/gpu-checks.log; rc=1; }; \
 	  exit $$rc
+
+# The GPU path, checked without a GPU (tests/gpu_engine; docs/deploy.md, "GPU path: what is
+# checked"): the GPU vllm wheel of requirements/engine-gpu.txt's version, fetched once into
+# ~/.cache/loopstack/gpu-engine (its sources only; tests/unit/serving/test_gpu_engine.py runs
+# its own parser and request models), and requirements/constraints-gpu.txt resolved under
+# itself against the registry (~1 min, remembered per content of the file and its inputs).
+GPU_CHECKS := $(BIN)/python -m tests.gpu_engine.wheel && $(BIN)/python -m tests.gpu_engine.lock --check
+gpu-checks: install
+	$(GPU_CHECKS)
+
+# Rewrite requirements/constraints-gpu.txt from a resolver dry run: after any change to
+# requirements/engine-gpu.txt or pyproject.toml's dependencies (the unit tests say when).
+constraints-gpu: install
+	$(BIN)/python -m tests.gpu_engine.lock
 
 test-unit: install postgres
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -ra tests/unit $(PYTEST_ARGS)

@@ -11,9 +11,7 @@
 - ``golden/``   the golden agent task set and its checkers (``loopstack bench golden run``)
 
 Top level: ``cli.py``; ``common.py``, the helpers the load test, the serving benchmarks and the
-corpus share (corpus loading, the OpenAI client, call parsing, statistics, output); and two
-6-line forwarders, ``tool_validity.py`` and ``constraint_cost.py``, that keep
-``python -m bench.tool_validity|constraint_cost`` working for deploy/gpu-smoke.sh, which runs
-them without the CLI. Results go to ``bench/results/`` (not committed); the figures that hold
-today are in docs/benchmarks.md.
+corpus share (corpus loading, the OpenAI client, call parsing, statistics, output).
+deploy/gpu-smoke.sh runs them through the CLI too. Results go to ``bench/results/`` (not
+committed); the figures that hold today are in docs/benchmarks.md.
 """

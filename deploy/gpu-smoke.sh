@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # GPU smoke run for a fresh NVIDIA machine, unattended:
 #   install (make install ENGINE=gpu) -> loopstack serve -> wait for /health ->
-#   tool-call validity bench -> constraint-cost bench -> agent load sweep (1, 4, 16 agents)
+#   tool-call validity (loopstack bench serving validity) -> constraint cost (loopstack bench
+#   serving constraint-cost) -> agent load sweep (loopstack bench agents: 1, 4, 16 agents)
 #   -> the GPU image (deploy/docker/Dockerfile.gpu, as `make image-gpu` builds it) served with
-#   Docker and asked for a tool call -> one results folder and a summary table.
+#   Docker and asked for a tool call -> one results folder and a summary: the step table, then
+#   the figures each benchmark prints itself (the same tables as on CPU: docs/benchmarks.md).
 #
 #   deploy/gpu-smoke.sh                          # Qwen/Qwen2.5-7B-Instruct (or $LOOPSTACK_MODEL)
 #   deploy/gpu-smoke.sh /models/Qwen2.5-7B-Instruct   # a local HF folder
+#   ENGINE=cpu deploy/gpu-smoke.sh               # the same run on a CPU box (the offline model,
+#                                                # Dockerfile.cpu): how CI runs it, against a fake
 #
 # Budget: about 10 minutes on one H200 once the model is on disk (the install and a first
 # download are extra). Every step runs under `timeout`; a failed step is reported and the
 # run goes on to the next one, and the script exits non-zero if any step failed.
 #
-# Knobs (environment): RESULTS (folder), PORT (8000), SMOKE_START_TIMEOUT_S (600),
-# SMOKE_VALIDITY_LIMIT (30 corpus entries), SMOKE_TASKS_PER_AGENT (2), SMOKE_SKIP_INSTALL=1,
+# Knobs (environment): ENGINE (gpu; cpu: no GPU needed, LOOPSTACK_DEVICE=cpu), RESULTS
+# (folder), PORT (8000), SMOKE_START_TIMEOUT_S (600), SMOKE_VALIDITY_LIMIT (30 corpus
+# entries), SMOKE_COST_PROMPTS (16 tool + half as many response_format prompts), SMOKE_AGENTS
+# (1,4,16), SMOKE_TASKS_PER_AGENT (2), SMOKE_SKIP_INSTALL=1,
 # VENV (.venv), SMOKE_IMAGE (unset: build loopstack:<version>-gpu; NAME:TAG: use that image;
 # skip: no image step). The image step needs a Docker daemon with the NVIDIA container
 # toolkit; without a daemon it is recorded as skipped. The image downloads the model into
@@ -22,11 +28,22 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
-MODEL=${1:-${LOOPSTACK_MODEL:-Qwen/Qwen2.5-7B-Instruct}}
+ENGINE=${ENGINE:-gpu}
+case $ENGINE in
+gpu) DEFAULT_MODEL=Qwen/Qwen2.5-7B-Instruct DEVICE=auto ;;
+cpu) DEFAULT_MODEL=offline:qwen2.5-coder-0.5b-instruct DEVICE=cpu ;;
+*)
+    echo "ENGINE must be gpu or cpu, not '$ENGINE'" >&2
+    exit 2
+    ;;
+esac
+MODEL=${1:-${LOOPSTACK_MODEL:-$DEFAULT_MODEL}}
 PORT=${PORT:-8000}
 RESULTS=${RESULTS:-$ROOT/bench/results/gpu-smoke-$(date -u +%Y%m%dT%H%M%SZ)}
 START_TIMEOUT_S=${SMOKE_START_TIMEOUT_S:-600}
 VALIDITY_LIMIT=${SMOKE_VALIDITY_LIMIT:-30}
+COST_PROMPTS=${SMOKE_COST_PROMPTS:-16}
+AGENTS=${SMOKE_AGENTS:-1,4,16}
 TASKS_PER_AGENT=${SMOKE_TASKS_PER_AGENT:-2}
 API_KEY=${LOOPSTACK_API_KEY:-smoke-$RANDOM$RANDOM}
 BASE=http://127.0.0.1:$PORT
@@ -86,15 +103,20 @@ die() {
 }
 
 # ---------------------------------------------------------------- 0. the machine
-command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this script needs an NVIDIA GPU"
-timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
-    >"$RESULTS/gpu.csv" || die "nvidia-smi failed"
-log "GPU: $(tail -n +2 "$RESULTS/gpu.csv" | paste -sd ';')"
-log "model: $MODEL; results: $RESULTS"
+if [[ $ENGINE == gpu ]]; then
+    command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this script needs an NVIDIA GPU (or ENGINE=cpu)"
+    timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
+        >"$RESULTS/gpu.csv" || die "nvidia-smi failed"
+else
+    printf 'name, memory.total, driver_version\nno GPU (ENGINE=cpu): %s, %s CPUs, -\n' \
+        "$(uname -m)" "$(nproc)" >"$RESULTS/gpu.csv"
+fi
+log "machine: $(tail -n +2 "$RESULTS/gpu.csv" | paste -sd ';')"
+log "engine: $ENGINE; model: $MODEL; results: $RESULTS"
 
 # ---------------------------------------------------------------- 1. install
 if [[ ${SMOKE_SKIP_INSTALL:-0} != 1 ]]; then
-    step install 1800 make install ENGINE=gpu
+    step install 1800 make install ENGINE="$ENGINE"
     grep -q $'^install\tok' "$STEPS" || die "install failed (see $RESULTS/install.out)"
 fi
 [[ -x $PY ]] || die "$PY missing: run without SMOKE_SKIP_INSTALL=1"
@@ -104,7 +126,7 @@ timeout 60 "$PY" -m pip list --format=freeze 2>/dev/null | grep -iE '^(vllm|torc
 # ---------------------------------------------------------------- 2. serve and wait for health
 SERVE_T0=$(date +%s)
 log "starting loopstack serve on :$PORT"
-LOOPSTACK_MODEL=$MODEL LOOPSTACK_API_KEY=$API_KEY LOOPSTACK_PORT=$PORT \
+LOOPSTACK_MODEL=$MODEL LOOPSTACK_API_KEY=$API_KEY LOOPSTACK_PORT=$PORT LOOPSTACK_DEVICE=$DEVICE \
     LOOPSTACK_ENGINE_START_TIMEOUT_S=$START_TIMEOUT_S \
     setsid "$VENV/bin/loopstack" serve >"$RESULTS/server.log" 2>&1 &
 SERVER_PID=$!
@@ -131,17 +153,19 @@ SERVED=$(curl -fsS -m 10 -H "Authorization: Bearer $API_KEY" "$BASE/v1/models" |
 log "served model name: $SERVED"
 
 # ---------------------------------------------------------------- 3. benches
-step tool_validity 240 "$PY" -m bench.tool_validity --base-url "$BASE/v1" --api-key "$API_KEY" \
-    --limit "$VALIDITY_LIMIT" --modes required,named,auto --arms constrained,unconstrained \
-    --concurrency 32 --max-tokens 256 --timeout 120 --progress 0 \
-    --out "$RESULTS/tool_validity.json"
+# The CLI commands of docs/benchmarks.md, as on CPU; each prints its own table of figures.
+LOOPSTACK=$VENV/bin/loopstack
+step tool_validity 240 "$LOOPSTACK" bench serving validity --base-url "$BASE/v1" \
+    --api-key "$API_KEY" --limit "$VALIDITY_LIMIT" --modes required,named,auto \
+    --arms constrained,unconstrained --concurrency 32 --max-tokens 256 --timeout 120 \
+    --progress 0 --out "$RESULTS/tool_validity.json"
 
-step constraint_cost 150 "$PY" -m bench.constraint_cost --base-url "$BASE/v1" \
-    --api-key "$API_KEY" --tool-prompts 16 --rf-prompts 8 --concurrency 4 --max-tokens 128 \
-    --timeout 60 --out "$RESULTS/constraint_cost.json"
+step constraint_cost 150 "$LOOPSTACK" bench serving constraint-cost --base-url "$BASE/v1" \
+    --api-key "$API_KEY" --tool-prompts "$COST_PROMPTS" --rf-prompts $((COST_PROMPTS / 2)) \
+    --concurrency 4 --max-tokens 128 --timeout 60 --out "$RESULTS/constraint_cost.json"
 
-step agents 210 env LOOPSTACK_API_KEY="$API_KEY" "$VENV/bin/loopstack" bench agents \
-    --base-url "$BASE/v1" --agents 1,4,16 --tasks-per-agent "$TASKS_PER_AGENT" \
+step agents 210 env LOOPSTACK_API_KEY="$API_KEY" "$LOOPSTACK" bench agents \
+    --base-url "$BASE/v1" --agents "$AGENTS" --tasks-per-agent "$TASKS_PER_AGENT" \
     --out "$RESULTS/agents"
 
 timeout 15 curl -fsS -m 10 "$BASE/metrics" >"$RESULTS/metrics.txt" 2>/dev/null || true
@@ -153,15 +177,16 @@ printf 'total_after_install\t-\t%d\n' "$TOTAL_S" >>"$STEPS"
 # 127.0.0.1:$((PORT + 1)) and must answer /health and one forced tool call with valid JSON.
 image_smoke() {
     set -euo pipefail
-    local image=${SMOKE_IMAGE:-} port=$((PORT + 1)) models=()
+    local image=${SMOKE_IMAGE:-} port=$((PORT + 1)) models=() gpus=(--gpus all)
+    [[ $ENGINE == cpu ]] && gpus=()
     if [[ -z $image ]]; then
-        image=loopstack:$("$PY" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')-gpu
+        image=loopstack:$("$PY" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')-$ENGINE
         echo "building $image"
-        docker build -f deploy/docker/Dockerfile.gpu -t "$image" .
+        docker build -f "deploy/docker/Dockerfile.$ENGINE" -t "$image" .
     fi
     [[ -d $MODEL ]] && models=(-v "$MODEL:$MODEL:ro")
     docker rm -f "$CONTAINER" >/dev/null 2>&1 || true
-    docker run -d --name "$CONTAINER" --gpus all --ipc host -p "127.0.0.1:$port:8000" \
+    docker run -d --name "$CONTAINER" "${gpus[@]}" --ipc host -p "127.0.0.1:$port:8000" \
         -e LOOPSTACK_MODEL="$MODEL" -e LOOPSTACK_API_KEY="$API_KEY" -e HF_TOKEN \
         -e LOOPSTACK_ENGINE_START_TIMEOUT_S="$START_TIMEOUT_S" \
         -v loopstack-smoke-data:/data "${models[@]}" "$image"
@@ -203,7 +228,7 @@ elif ! timeout 30 docker info >/dev/null 2>&1; then
     log "no Docker daemon: the GPU image step is skipped"
 else
     IMAGE_STARTED=1
-    export MODEL PORT PY API_KEY START_TIMEOUT_S CONTAINER
+    export ENGINE MODEL PORT PY API_KEY START_TIMEOUT_S CONTAINER
     step image 3600 bash -c "$(declare -f image_smoke); image_smoke"
 fi
 
@@ -234,30 +259,26 @@ def load(name):
         return None
 
 
+def printed(name, title):
+    """The figures as the benchmark printed them (the same table as on CPU)."""
+    out = res / f"{name}.out"
+    if out.exists():
+        lines = [line for line in out.read_text().splitlines() if line.strip()]
+        print(f"\n{title} (as `loopstack bench` printed it):")
+        print("  " + "\n  ".join(lines[-40:]))
+
+
 tv = load("tool_validity.json")
-if tv:
-    print("\ntool-call validity (valid calls / calls produced, call rate)")
-    if not any(s.get("answered") for arms in tv.get("summary", {}).values() for s in arms.values()):
-        problems.append("tool_validity: no request was answered")
-    for mode, arms in tv.get("summary", {}).items():
-        for arm, s in arms.items():
-            vpc, cr = s.get("valid_per_call"), s.get("call_rate")
-            vpc_s = "-" if vpc is None else f"{vpc:.3f}"
-            cr_s = "-" if cr is None else f"{cr:.3f}"
-            print(f"  {mode:<9} {arm:<14} valid/call {vpc_s}  call rate {cr_s}  "
-                  f"prompts {s.get('prompts')}  errors {s.get('http_errors', 0) + s.get('transport_errors', 0)}")
+if tv and not any(s.get("answered") for arms in tv.get("summary", {}).values() for s in arms.values()):
+    problems.append("tool_validity: no request was answered")
+printed("tool_validity", "tool-call validity")
 cc = load("constraint_cost.json")
-if cc:
-    print("\nconstraint cost (constrained / unconstrained, medians)")
-    if not any(s.get("ok_pairs") for s in cc.get("summary", {}).values()):
-        problems.append("constraint_cost: no successful pair")
-    for part, s in cc.get("summary", {}).items():
-        if not s.get("ok_pairs"):
-            print(f"  {part:<16} no successful pairs")
-            continue
-        d, t = s["decode_rate"], s["ttft"]
-        print(f"  {part:<16} decode tok/s ratio {d['ratio_of_medians']:.3f}  "
-              f"TTFT ratio {t['ratio_of_medians']:.3f}  pairs {s['ok_pairs']}")
+if cc and not any(s.get("ok_pairs") for s in cc.get("summary", {}).values()):
+    problems.append("constraint_cost: no successful pair")
+printed("constraint_cost", "constraint cost (constrained / unconstrained)")
+ag = load("agents/result.json")
+if ag and not any(lv.get("summary", {}).get("tasks_done") for lv in ag.get("levels", [])):
+    problems.append("agents: no task was done")
 agents = res / "agents"
 if agents.is_dir():
     files = sorted(p.name for p in agents.iterdir())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from serving import envelope
@@ -109,13 +110,36 @@ class XGrammarBackend(GrammarBackend):
         return {"structural_tag": text}, text
 
 
+def tokenizer_info(tokenizer_json: str) -> Any:
+    """XGrammar's vocabulary from a ``tokenizer.json``, as `TokenizerInfo.from_huggingface`
+    reads a fast tokenizer (vocabulary in id order, type and prefix space detected from the
+    same JSON), without loading the tokenizer through transformers."""
+    import xgrammar as xgr
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_json)
+    vocab = tok.get_vocab(with_added_tokens=True)
+    encoded = [""] * (max(vocab.values()) + 1)
+    for token, index in vocab.items():
+        encoded[index] = token
+    meta = xgr.TokenizerInfo._detect_metadata_from_hf(tok.to_str())
+    return xgr.TokenizerInfo(
+        encoded,
+        meta["vocab_type"],
+        vocab_size=len(encoded),
+        add_prefix_space=meta["add_prefix_space"],
+    )
+
+
 def make_checker(tokenizer_path: str | None) -> Callable[[str], str | None]:
     """In the worker: compile a structural tag with the model's vocabulary, as vLLM will."""
     import xgrammar as xgr
 
     if tokenizer_path is None:  # tests: a byte-level vocabulary
         info = xgr.TokenizerInfo([chr(i) for i in range(256)] + list(envelope.CALL_TAGS))
-    else:
+    elif (Path(tokenizer_path) / "tokenizer.json").is_file():
+        info = tokenizer_info(str(Path(tokenizer_path) / "tokenizer.json"))
+    else:  # no fast-tokenizer file: through transformers
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(tokenizer_path)

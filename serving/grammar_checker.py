@@ -27,25 +27,59 @@ from serving.exceptions import InvalidRequest
 
 logger = logging.getLogger(__name__)
 
-WORKER_MEMORY = 4 << 30
-STARTUP_S = 60.0  # a fresh worker loads the model's vocabulary (torch, transformers: ~10 s)
+# What one compile may add to the worker's address space, on top of its libraries and the
+# model's vocabulary (measured once they are loaded, so a larger build of a library - the
+# CUDA torch that xgrammar imports on a GPU box maps ~3 GiB more than the CPU one - or a
+# larger vocabulary does not eat into it). Past it a compile fails with MemoryError or kills
+# the worker: 400 schema_too_complex either way.
+COMPILE_BUDGET = 3 << 30
+STARTUP_S = 60.0  # a fresh worker loads the model's vocabulary (xgrammar imports torch: ~10 s)
 
 
 # What runs in the worker: set up once by `_init_worker`, then `_check_in_worker` per spec.
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(backend: str, tokenizer_path: str | None, memory: int) -> None:
+def _status_bytes(field: str) -> int | None:
+    """A ``VmSize``/``VmPeak``-style line of /proc/self/status, in bytes (Linux only)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _init_worker(backend: str, tokenizer_path: str | None, budget: int) -> None:
     import resource
 
     from serving.launcher import exit_with_parent
 
     exit_with_parent()  # a kill -9 of the server must not leave this worker behind
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    except (ValueError, OSError):  # e.g. macOS: the deadline remains
-        pass
     _WORKER["check"] = _checker(backend, tokenizer_path)
+    size = _status_bytes("VmSize")
+    if size is None:  # e.g. macOS: the deadline remains
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (size + budget, size + budget))
+        _WORKER["limit"] = size + budget
+    except (ValueError, OSError):
+        pass
+
+
+def worker_facts() -> dict[str, Any]:
+    """The worker's own account (for tests and diagnosis): its address-space limit and peak,
+    and which heavy libraries it imported."""
+    import sys
+
+    return {
+        "limit": _WORKER.get("limit"),
+        "peak": _status_bytes("VmPeak"),
+        "size": _status_bytes("VmSize"),
+        "imported": sorted(m for m in ("torch", "transformers") if m in sys.modules),
+    }
 
 
 def _checker(backend: str, tokenizer_path: str | None) -> Callable[[str], str | None]:
@@ -92,7 +126,7 @@ class GrammarChecker:
                 max_workers=1,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(self.backend, self.tokenizer_path, WORKER_MEMORY),
+                initargs=(self.backend, self.tokenizer_path, COMPILE_BUDGET),
             )
         return self._pool
 

@@ -6,15 +6,19 @@ differ. Every default here is overridable through `ServerSettings` (``LOOPSTACK_
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from serving.config import GPU_DEFAULT, OFFLINE_DEFAULT, CpuDtype, ServerSettings
+from serving.model_files import ModelFacts, read_facts
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +83,99 @@ def default_model(hw: Hardware) -> str:
     return GPU_DEFAULT if hw.device == "cuda" else OFFLINE_DEFAULT
 
 
+# ----------------------------------------------------------------------------- the GPU
+# The oldest Linux driver of each CUDA major version (minor-version compatibility: a driver of
+# major N runs every N.x runtime). https://docs.nvidia.com/deploy/cuda-compatibility/
+MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+
+
+class CudaDriverTooOld(RuntimeError):
+    """The NVIDIA driver cannot run the CUDA runtime the installed torch and vLLM link."""
+
+
+def torch_cuda_version() -> str | None:
+    """The CUDA version the installed torch was built for (``torch/version.py``), read
+    without importing torch; None for a CPU build or no torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    m = re.search(r"^cuda\b[^=\n]*=\s*['\"](\d+\.\d+)", text, re.M)
+    return m.group(1) if m else None
+
+
+def driver_cuda_version(smi_output: str) -> tuple[str, str] | None:
+    """(driver version, highest CUDA version it runs) from `nvidia-smi`'s banner."""
+    driver = re.search(r"Driver Version:\s*([\d.]+)", smi_output)
+    cuda = re.search(r"CUDA Version:\s*(\d+\.\d+)", smi_output)
+    return (driver.group(1), cuda.group(1)) if driver and cuda else None
+
+
+def check_cuda_driver(smi_output: str | None = None, torch_cuda: str | None = "installed") -> None:
+    """Raise `CudaDriverTooOld`, saying what to do, when the driver's CUDA major version is
+    older than the one torch (and so vLLM) was built for. The resolved GPU wheels link
+    ``libcudart.so.13``: on an older driver vLLM would fail deep in its start instead.
+    `smi_output` (`nvidia-smi`'s banner) and `torch_cuda` (None: a CPU torch) default to this
+    machine's."""
+    needed = torch_cuda_version() if torch_cuda == "installed" else torch_cuda
+    if needed is None:
+        raise CudaDriverTooOld(
+            "a GPU is visible but the installed torch is not a CUDA build: install the GPU "
+            "engine (`make install ENGINE=gpu`), or serve on CPU (LOOPSTACK_DEVICE=cpu)"
+        )
+    if smi_output is None:
+        smi = shutil.which("nvidia-smi")
+        try:
+            smi_output = subprocess.run(
+                [smi or "nvidia-smi"], capture_output=True, text=True, timeout=20
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            smi_output = ""
+    found = driver_cuda_version(smi_output)
+    if found is None:
+        logger.warning("could not read the driver's CUDA version from nvidia-smi; "
+                       "vLLM needs a driver for CUDA %s", needed)  # fmt: skip
+        return
+    driver, runs = found
+    need_major, runs_major = int(needed.split(".")[0]), int(runs.split(".")[0])
+    if runs_major < need_major:
+        least = MIN_DRIVER.get(need_major, f"one for CUDA {need_major}")
+        raise CudaDriverTooOld(
+            f"the NVIDIA driver {driver} runs CUDA up to {runs}, but the installed torch and "
+            f"vLLM are built for CUDA {needed}: install NVIDIA driver {least} or newer (or the "
+            f"cuda-compat package for CUDA {need_major} on a data-center GPU), then start again"
+        )
+    logger.info("NVIDIA driver %s (CUDA %s) runs torch's CUDA %s", driver, runs, needed)
+
+
+def tensor_parallel_size(gpus: int, facts: ModelFacts, *, default_model: bool) -> int:
+    """GPUs one engine spans when LOOPSTACK_TENSOR_PARALLEL_SIZE is unset.
+
+    1 for the default model (7B: one GPU holds it; tensor parallelism would only add
+    communication) and whenever the model's heads are unknown. Otherwise the most GPUs that
+    vLLM accepts for this model: a divisor of its attention heads, and of its KV heads (or a
+    multiple of them, which vLLM then replicates). Qwen2.5-7B (28 heads, 4 KV heads) on 8 GPUs:
+    4, where every GPU (vLLM's old default here) made vLLM refuse to start."""
+    heads = facts.attention_heads
+    if gpus <= 1 or default_model:
+        return 1
+    if heads is None:
+        logger.warning("the model's attention heads are unknown: tensor parallel size 1 "
+                       "(set LOOPSTACK_TENSOR_PARALLEL_SIZE to use more GPUs)")  # fmt: skip
+        return 1
+    kv = facts.kv_heads or heads
+    fits = [
+        tp
+        for tp in range(1, gpus + 1)
+        if heads % tp == 0 and (kv % tp == 0 if tp <= kv else tp % kv == 0)
+    ]
+    return max(fits)
+
+
 @dataclass(frozen=True)
 class EngineLaunch:
     argv: list[str]
@@ -87,9 +184,15 @@ class EngineLaunch:
 
 
 def vllm_launch(
-    settings: ServerSettings, hw: Hardware, model_path: str, served_name: str
+    settings: ServerSettings,
+    hw: Hardware,
+    model_path: str,
+    served_name: str,
+    facts: ModelFacts | None = None,
 ) -> EngineLaunch:
-    """The vLLM OpenAI server command for this machine."""
+    """The vLLM OpenAI server command for this machine. On GPU the model's `facts` (read
+    from its config.json when not given) decide the tensor parallel size and the context
+    length."""
     argv = [
         sys.executable,
         "-m",
@@ -123,7 +226,11 @@ def vllm_launch(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv)
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     else:
-        tp = settings.tensor_parallel_size or max(1, hw.gpu_count)
+        facts = facts if facts is not None else read_facts(model_path)
+        max_len = max_len or facts.context_len
+        tp = settings.tensor_parallel_size or tensor_parallel_size(
+            hw.gpu_count, facts, default_model=model_path == GPU_DEFAULT
+        )
         argv += [
             "--tensor-parallel-size",
             str(tp),

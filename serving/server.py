@@ -41,9 +41,10 @@ from serving.engine import VLLMEngine, read_engine_key
 from serving.engine_process import ensure_port_free
 from serving.exceptions import EnginePortInUse
 from serving.grammar_checker import make_backend
-from serving.hardware import default_model, detect_hardware, vllm_launch
+from serving.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
 from serving.limits import Limits
 from serving.metrics import Metrics
+from serving.model_files import tokenizer_folder
 from serving.model_store import resolve_model
 from serving.prompt import BackgroundTokenizer, PromptBuilder
 from serving.schema_cache import SchemaCache
@@ -101,6 +102,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         ensure_port_free(settings.engine_port_resolved())
     hw = detect_hardware(settings.device)
     logger.info("hardware: %s", hw)
+    if hw.device == "cuda" and settings.engine_url is None:
+        check_cuda_driver()  # before anything is loaded: a clear error, not vLLM's deep one
     model = resolve_model(settings.model, settings.home, default_for_device=default_model(hw))
     tokenizer = BackgroundTokenizer(functools.partial(_load_tokenizer, model.path_or_id))
     name = settings.served_model_name or model.name
@@ -122,7 +125,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     prompts = PromptBuilder(tokenizer, max_model_len=launch.max_model_len)
     backend = make_backend(
         settings.constraint_backend,
-        model.path_or_id,
+        tokenizer_folder(model.path_or_id),  # its tokenizer.json: no transformers, no torch
         timeout_s=settings.schema_compile_timeout_s,
         mode=settings.schema_compile_mode,
     )

@@ -1,5 +1,8 @@
 """deploy/gpu-smoke.sh: it parses and passes shellcheck, and runs end to end against a fake
-machine (a fake `docker` and a fake `loopstack`), since no GPU host is at hand here."""
+machine (a fake `docker`, and a `loopstack` whose `serve` is a scripted endpoint,
+fake_endpoint.py, while its `bench` commands are the real ones), since no GPU host is at hand
+here: with ENGINE=cpu every step passes and the benchmarks print their figures; on the GPU
+path, a server that refuses everything makes the run report its failures."""
 
 from __future__ import annotations
 
@@ -23,54 +26,16 @@ def test_gpu_smoke_script_parses_and_passes_shellcheck() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     text = SMOKE.read_text()
     assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
-    assert 'loopstack" bench agents' in text and "--agents 1,4,16" in text
-    assert "make install ENGINE=gpu" in text
+    assert 'LOOPSTACK" bench agents' in text and "AGENTS=${SMOKE_AGENTS:-1,4,16}" in text
+    assert 'LOOPSTACK" bench serving validity' in text
+    assert 'LOOPSTACK" bench serving constraint-cost' in text
+    assert "python -m bench." not in text and "-m bench." not in text  # the shims are gone
+    assert not (ROOT / "bench" / "tool_validity.py").exists()
+    assert not (ROOT / "bench" / "constraint_cost.py").exists()
+    assert 'make install ENGINE="$ENGINE"' in text and "ENGINE=${ENGINE:-gpu}" in text
 
 
-FAKE_LOOPSTACK = '''#!{python}
-"""`loopstack serve`: an HTTP server that is healthy but refuses every generation (400: the
-clients do not retry it);
-`loopstack bench ...`: exits 2 (an unknown command)."""
-import json, os, sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-if sys.argv[1:2] != ["serve"]:
-    print("fake loopstack: no such command", sys.argv[1:], file=sys.stderr)
-    sys.exit(2)
-KEY = os.environ["LOOPSTACK_API_KEY"]
-
-
-class Handler(BaseHTTPRequestHandler):
-    def reply(self, code, body, ctype="application/json"):
-        data = body.encode()
-        self.send_response(code)
-        self.send_header("content-type", ctype)
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        if self.path == "/health":
-            return self.reply(200, '{{"status": "ok"}}')
-        if self.path == "/metrics":
-            return self.reply(200, "vllm:prefix_cache_queries_total 10\\n"
-                              "vllm:prefix_cache_hits_total 4\\n", "text/plain")
-        if self.headers.get("authorization") != "Bearer " + KEY:
-            return self.reply(401, '{{"error": {{"message": "bad key"}}}}')
-        if self.path == "/v1/models":
-            return self.reply(200, json.dumps({{"data": [{{"id": "fake", "object": "model"}}]}}))
-        self.reply(404, '{{"error": {{"message": "no route"}}}}')
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        self.reply(400, '{{"error": {{"message": "refused", "type": "invalid_request_error"}}}}')
-
-    def log_message(self, *args):
-        pass
-
-
-ThreadingHTTPServer(("127.0.0.1", int(os.environ["LOOPSTACK_PORT"])), Handler).serve_forever()
-'''
+FAKE_ENDPOINT = Path(__file__).with_name("fake_endpoint.py")
 
 
 FAKE_DOCKER = '''#!{python}
@@ -124,7 +89,7 @@ def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:
     scripts = {
         bin_dir / "nvidia-smi": "#!/bin/sh\necho 'name, memory.total'\necho 'Fake GPU, 1 MiB'\n",
         venv_bin / "python": f'#!/bin/sh\nexec "{sys.executable}" "$@"\n',
-        venv_bin / "loopstack": FAKE_LOOPSTACK.format(python=sys.executable),
+        venv_bin / "loopstack": f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_ENDPOINT}" "$@"\n',
         bin_dir / "docker": FAKE_DOCKER.format(python=sys.executable),
     }
     for path, text in scripts.items():
@@ -137,10 +102,15 @@ def fake_machine(tmp: Path) -> tuple[dict[str, str], Path]:
         "SMOKE_SKIP_INSTALL": "1",
         "SMOKE_START_TIMEOUT_S": "30",
         "SMOKE_VALIDITY_LIMIT": "1",
+        "SMOKE_COST_PROMPTS": "2",
+        "SMOKE_AGENTS": "1,2",
+        "SMOKE_TASKS_PER_AGENT": "1",
+        "FAKE_REFUSE": "1",
         "RESULTS": str(tmp / "results"),
         "PORT": str(free_port()),
         "FAKE_DOCKER_LOG": str(tmp / "docker.log"),
         "FAKE_LOOPSTACK": str(venv_bin / "loopstack"),
+        "PYTHONPATH": str(ROOT),
     }
     env.pop("LOOPSTACK_API_KEY", None)
     return env, tmp / "results"
@@ -161,7 +131,7 @@ def test_gpu_smoke_runs_every_step_reports_failures_and_stops_its_server(tmp_pat
     )
     assert steps["serve"] == "ok"
     assert steps["tool_validity"] == steps["constraint_cost"] == "ok"  # they ran...
-    assert steps["agents"].startswith("FAILED (exit 2)")  # the fake has no `bench agents`
+    assert steps["agents"] == "ok"
     # the GPU image: built from Dockerfile.gpu, run on the GPU, healthy, refused the tool call
     assert steps["image"].startswith("FAILED (exit"), steps["image"]
     docker = (tmp_path / "docker.log").read_text()
@@ -172,11 +142,48 @@ def test_gpu_smoke_runs_every_step_reports_failures_and_stops_its_server(tmp_pat
     summary = (results / "summary.txt").read_text()
     assert "PROBLEM: tool_validity: no request was answered" in summary  # ...but got nothing
     assert "PROBLEM: constraint_cost: no successful pair" in summary
+    assert "PROBLEM: agents: no task was done" in summary
     assert "prefix cache hit rate over the run: 0.400" in summary
     assert json.loads((results / "tool_validity.json").read_text())["summary"]
     with socket.socket() as s, pytest.raises(OSError):
         s.settimeout(2)
         s.connect(("127.0.0.1", int(env["PORT"])))
+
+
+def test_with_engine_cpu_every_step_passes_through_the_cli_and_prints_its_figures(
+    tmp_path: Path,
+) -> None:
+    """ENGINE=cpu, against an endpoint that answers (tool calls, JSON, streams): install is
+    skipped, the server starts on the CPU device, the three `loopstack bench` commands run and
+    print the tables the CPU benchmarks print, the CPU image is built and run without GPUs and
+    answers a tool call, and the run passes. No nvidia-smi is asked."""
+    env, results = fake_machine(tmp_path)
+    env.pop("FAKE_REFUSE")
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'asked' >&2; exit 9\n")
+    out = subprocess.run(
+        ["bash", str(SMOKE)], cwd=ROOT, env={**env, "ENGINE": "cpu"}, capture_output=True,
+        text=True, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    steps = dict(
+        line.split("\t")[:2] for line in (results / "steps.tsv").read_text().splitlines()[1:]
+    )
+    assert steps == {"serve": "ok", "tool_validity": "ok", "constraint_cost": "ok",
+                     "agents": "ok", "total_after_install": "-", "image": "ok"}  # fmt: skip
+    summary = (results / "summary.txt").read_text()
+    assert "no GPU (ENGINE=cpu)" in summary and "PROBLEM" not in summary
+    # the validity table of `loopstack bench serving validity`, every mode and arm answered
+    assert re.search(r"mode +arm +prompts +http_err +calls +call_rate .*valid/calls", summary)
+    for mode in ("auto", "named", "required"):
+        assert re.search(rf"^  {mode} +(un)?constrained +1 +0 +1 +100\.0%", summary, re.M), mode
+    # the constraint-cost table, with pairs measured
+    assert re.search(r"prompts +pairs +decode tok/s con/unc +ratio", summary)
+    assert re.search(r"^  tool_required +[1-9]", summary, re.M), summary
+    assert "SUMMARY batching gain" in summary  # the agent sweep's own last line
+    docker = (tmp_path / "docker.log").read_text()
+    assert "build -f deploy/docker/Dockerfile.cpu -t loopstack:" in docker and "-cpu ." in docker
+    assert "--gpus" not in docker
+    assert "tool call ok: get_weather" in (results / "image.out").read_text()
 
 
 def test_gpu_smoke_fails_fast_without_a_gpu(tmp_path: Path) -> None:

@@ -1,0 +1,112 @@
+"""A model's own files, read without loading it: its ``config.json`` and ``tokenizer.json``.
+
+The engine's command line and the grammar checker need a few facts the model states itself:
+its attention heads (the tensor-parallel sizes vLLM accepts), its context length (our own
+prompt checks, and ``--max-model-len``) and its vocabulary. They come from the model's files:
+
+* a local folder (the offline default's converted folder, ``LOOPSTACK_MODEL=/path``): read
+  there;
+* a Hugging Face id (the GPU default, ``Qwen/Qwen2.5-7B-Instruct``): from the local HF cache,
+  else fetched from the hub - just that file, a few kB (not with ``HF_HUB_OFFLINE=1``).
+
+Nothing here imports torch or transformers. A fact that cannot be read is ``None``, with a
+warning; callers fall back to what is safe without it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# The config keys vLLM reads a context length from (it takes the smallest one present);
+# rope scaling, which some models use to stretch it, is ignored: the length is never longer
+# than what vLLM would derive, only possibly shorter.
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the model's config.json says (``None``: not stated, or not readable)."""
+
+    attention_heads: int | None = None
+    kv_heads: int | None = None
+    context_len: int | None = None
+    vocab_size: int | None = None
+
+
+def model_file(path_or_id: str, name: str) -> Path | None:
+    """`name` of the model: in its local folder, the HF cache, or fetched from the hub."""
+    local = Path(path_or_id).expanduser()
+    if local.is_dir():
+        found = local / name
+        return found if found.is_file() else None
+    if local.exists() or path_or_id.count("/") != 1:
+        return None  # a file (a .gguf is converted to a folder first), or no hub id
+    try:
+        import huggingface_hub as hub
+
+        cached = hub.try_to_load_from_cache(path_or_id, name)
+        if isinstance(cached, str):
+            return Path(cached)
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+            return None
+        return Path(hub.hf_hub_download(path_or_id, name, etag_timeout=10))
+    except Exception as exc:  # no network, no such repo, gated: the caller's fallback
+        logger.warning("could not read %s of %s: %s", name, path_or_id, exc)
+        return None
+
+
+def _int(config: dict[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def facts_from_config(config: dict[str, Any]) -> ModelFacts:
+    """The facts of a parsed config.json (a multimodal model's ``text_config`` counts)."""
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        config = {**config, **text}
+    heads = _int(config, "num_attention_heads") or _int(config, "n_head")
+    lengths = [n for key in CONTEXT_KEYS if (n := _int(config, key)) is not None]
+    return ModelFacts(
+        attention_heads=heads,
+        kv_heads=_int(config, "num_key_value_heads") or heads,
+        context_len=min(lengths) if lengths else None,
+        vocab_size=_int(config, "vocab_size"),
+    )
+
+
+def read_facts(path_or_id: str) -> ModelFacts:
+    """The model's facts; all ``None`` when its config.json cannot be read."""
+    path = model_file(path_or_id, "config.json")
+    if path is None:
+        logger.warning("no config.json for %s: its heads and context length are unknown",
+                       path_or_id)  # fmt: skip
+        return ModelFacts()
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        logger.warning("could not parse %s: %s", path, exc)
+        return ModelFacts()
+    return facts_from_config(config) if isinstance(config, dict) else ModelFacts()
+
+
+def tokenizer_folder(path_or_id: str) -> str:
+    """A folder holding the model's ``tokenizer.json`` (the grammar checker reads that file,
+    not transformers, which would import torch), or `path_or_id` itself when there is none."""
+    path = model_file(path_or_id, "tokenizer.json")
+    return str(path.parent) if path is not None else path_or_id
