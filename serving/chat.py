@@ -53,7 +53,12 @@ from serving.protocol import (
 )
 from serving.schema_cache import SchemaCache
 from serving.schema_limits import repair_schema
-from serving.tool_selection import excluding, executed_calls, rank_request
+from serving.tool_selection import (
+    excluding,
+    executed_calls,
+    rank_request,
+    with_abstain_rule,
+)
 from serving.toolcalls import CallEvent, ParsedCall, new_call_id, parse_lenient
 from serving.turn import (
     MAX_ATTEMPTS,
@@ -207,6 +212,8 @@ class ChatService:
             mode, offered = choice, compiled
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        if req.loopstack.abstain:
+            messages = with_abstain_rule(messages)
         prompt = self.prompts.render(messages, tools)
         max_tokens = req.completion_limit or self.max_tool_tokens
         prompt_tokens = self.prompts.check_fits(prompt, max_tokens)

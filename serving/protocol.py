@@ -203,6 +203,11 @@ class LoopstackOptions(BaseModel):
         default=False,
         description="the grammar does not admit a call identical to one already answered",
     )
+    abstain: bool = Field(
+        default=False,
+        description="the prompt says to call a tool only when the request needs one "
+        "(serving.tool_selection.ABSTAIN_RULE)",
+    )
 
 
 class ChatCompletionRequest(_Request):

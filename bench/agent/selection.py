@@ -17,7 +17,9 @@ context), the right one at a seeded random position. One ``auto`` request per it
 
 **Abstention items** (`bench/agent/abstention.json`): requests no offered tool fits (JSON
 examples, code, general questions) next to tools that look related; any call is a false call.
-Arms: ``given``, and ``ranked`` with ``--min-score`` (tools scoring less are not offered).
+Arms: ``given``; ``abstain`` (``loopstack.abstain``: the prompt says to call a tool only when
+the request needs one); ``ranked`` with ``--min-score`` (tools scoring less are not offered);
+both. ``top5+abstain`` (a selection arm) is the recommended set: top 5, the floor, the rule.
 
 Reported per size and arm: selection accuracy (the first call names the right tool), argument
 accuracy (every value the request states is passed exactly: strings equal, numbers equal),
@@ -48,7 +50,7 @@ HERE = Path(__file__).parent
 GOLDEN_ITEMS = HERE / "selection_golden.json"
 ABSTENTION = HERE / "abstention.json"
 GOLDEN_TOOLS = HERE.parent / "golden"
-ARMS = ("given", "reversed", "shuffled", "ranked", "top3", "top5")
+ARMS = ("given", "reversed", "shuffled", "ranked", "top3", "top5", "top5+abstain")
 MAX_TOOL_CHARS = 900  # distractors: 30 such tools fit the default model's 8k context
 
 
@@ -187,7 +189,9 @@ def arm_request(item: Item, arm: str, seed: int, min_score: float | None) -> tup
     elif arm == "shuffled":
         random.Random(f"{seed}:shuffle:{item.id}").shuffle(tools)
     elif arm == "ranked":
-        ext = {"tool_rank": {} if min_score is None else {"min_score": min_score}}
+        ext = {"tool_rank": {}}
+    elif arm == "top5+abstain":  # the recommended set: README's "Tool selection"
+        ext = {"tool_rank": {"top_k": 5, "min_score": min_score or 0.3}, "abstain": True}
     elif arm.startswith("top"):
         ext = {"tool_rank": {"top_k": int(arm[3:])}}
     elif arm != "given":
@@ -287,12 +291,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for size in args.sizes:
         for item in selection_items(args.items, size, args.seed):
             for arm in args.arms:
-                jobs.append((item, arm, *arm_request(item, arm, args.seed, None)))
+                jobs.append((item, arm, *arm_request(item, arm, args.seed, args.min_score)))
     if args.abstention:
+        floor = {"tool_rank": {"min_score": args.min_score}}
         for item in abstention_items():
-            jobs.append((item, "given", list(item.tools), {}))
-            ext = {"tool_rank": {"min_score": args.min_score}}
-            jobs.append((item, f"ranked>={args.min_score:g}", list(item.tools), ext))
+            for arm, ext in (
+                ("given", {}),
+                ("abstain", {"abstain": True}),
+                (f"ranked>={args.min_score:g}", floor),
+                (f"abstain+ranked>={args.min_score:g}", {**floor, "abstain": True}),
+            ):
+                jobs.append((item, arm, list(item.tools), ext))
     sem = asyncio.Semaphore(args.concurrency)
     done: dict[str, asyncio.Task[Row]] = {}
 

@@ -286,3 +286,20 @@ async def test_a_repaired_tool_is_served_and_says_so(guidance: Harness) -> None:
         "type": "object", "properties": {"x": {"type": "string", "enum": []}}}}}  # fmt: skip
     resp = await post_chat(h, tools=[WEATHER, empty])
     assert resp.status_code == 400
+
+
+async def test_abstain_puts_the_rule_in_the_system_message(guidance: Harness) -> None:
+    from serving.tool_selection import ABSTAIN_RULE
+
+    h = guidance
+    h.engine.constrained = ["A book: {}"]
+    system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    for messages, head in (([{"role": "user", "content": "Hi"}], "system\n" + ABSTAIN_RULE),
+                           (system, "system\nBe brief.\n\n" + ABSTAIN_RULE)):  # fmt: skip
+        h.engine.requests.clear()
+        resp = await post_chat(h, messages=messages, tools=[WEATHER], loopstack={"abstain": True})
+        assert resp.status_code == 200, resp.text
+        assert head in h.engine.requests[0][1]["prompt"]
+    h.engine.requests.clear()
+    await post_chat(h, messages=system, tools=[WEATHER])
+    assert ABSTAIN_RULE not in h.engine.requests[0][1]["prompt"]

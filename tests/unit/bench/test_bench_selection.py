@@ -1,0 +1,84 @@
+"""The tool-selection benchmark's own logic (bench.agent.selection): items, arms, scoring."""
+
+from __future__ import annotations
+
+from bench.agent.selection import (
+    ARMS,
+    Row,
+    _same,
+    abstention_items,
+    arm_request,
+    expected_values,
+    selection_items,
+    summarize,
+)
+
+PARAMS = {
+    "properties": {
+        "spaceName": {"type": "string"},
+        "name": {"type": "string"},
+        "maxResults": {"type": "integer"},
+        "dryRun": {"type": "boolean"},
+        "tags": {"type": "array"},
+    }
+}
+
+
+def test_expected_values_read_the_templated_request() -> None:
+    prompt = 'Space name "checkout-eu", name "webapp-dev", max results 60 and dry run false.'
+    got = expected_values(prompt, PARAMS)
+    # "name" inside "space name" is not the name parameter's value
+    assert got == {"spaceName": "checkout-eu", "name": "webapp-dev", "maxResults": 60,
+                   "dryRun": False}  # fmt: skip
+    assert expected_values("Nothing stated here.", PARAMS) == {}
+    assert expected_values('Space name "a".', PARAMS) == {"spaceName": "a"}
+
+
+def test_same_is_strict_about_types() -> None:
+    assert _same(60, 60.0) and _same("a", "a") and _same(False, False)
+    assert not _same("60", 60) and not _same(1, True) and not _same("A", "a")
+
+
+def test_items_hold_the_right_tool_once_among_n() -> None:
+    for size in (5, 10, 30):
+        items = selection_items(4, size, 7)
+        assert len(items) == 12 + 4  # the golden items and 4 from the corpus
+        positions = set()
+        for it in items:
+            names = [t["function"]["name"] for t in it.tools]
+            assert len(names) == size and len(set(names)) == size
+            assert names.count(it.right) == 1
+            positions.add(names.index(it.right))
+        assert len(positions) > 1  # not always the same place
+    assert selection_items(4, 10, 7) == selection_items(4, 10, 7)  # seeded
+
+
+def test_arms_reorder_or_ask_the_server() -> None:
+    item = selection_items(1, 5, 7)[0]
+    given, _ = arm_request(item, "given", 7, None)
+    rev, _ = arm_request(item, "reversed", 7, None)
+    shuf, _ = arm_request(item, "shuffled", 7, None)
+    assert rev == given[::-1] and sorted(map(str, shuf)) == sorted(map(str, given))
+    assert arm_request(item, "top3", 7, None)[1] == {"tool_rank": {"top_k": 3}}
+    _, best = arm_request(item, "top5+abstain", 7, 0.3)
+    assert best == {"tool_rank": {"top_k": 5, "min_score": 0.3}, "abstain": True}
+    assert set(ARMS) >= {"given", "reversed", "shuffled", "ranked", "top3", "top5"}
+    assert len(abstention_items()) == 40 and all(i.right is None for i in abstention_items())
+
+
+def test_summary_counts_right_wrong_none_and_false_calls() -> None:
+    rows = [
+        Row("a@5", 5, "given", "t", 0, 5, ["t"], True, True, 100, 1.0),
+        Row("b@5", 5, "given", "t", 4, 5, ["u"], False, None, 100, 2.0),
+        Row("c@5", 5, "given", "t", 2, 5, [], False, None, 100, 3.0),
+        Row("d@5", 5, "given", "t", 2, 5, error="boom"),
+        Row("x", 3, "given", None, -1, 3, ["u"]),
+        Row("y", 3, "given", None, -1, 3, []),
+    ]
+    s = summarize(rows)
+    g = s["selection"]["5/given"]
+    assert (g["n"], g["accuracy"], g["args_accuracy"], g["no_call"], g["wrong_tool"]) == (
+        3, 0.333, 0.333, 1, 1)  # fmt: skip
+    assert g["errors"] == 1
+    assert s["abstention"]["given"]["false_call_rate"] == 0.5
+    assert s["position"]["5/given"] == {"first": "1/1", "last": "0/1", "middle": "0/1"}
