@@ -1,0 +1,94 @@
+"""Tool selection against the real model (issue 31): ranked tools (``loopstack.tool_rank``),
+no identical repeat (``loopstack.no_repeat``) and abstention (``loopstack.abstain`` with a
+relevance floor), each one request through the official client."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from bench.agent.selection import golden_tools
+from tests.integration.conftest import Server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search_files",
+        "description": "Search files in the workspace by name.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+        },
+    },
+}
+
+
+def _create(client: OpenAI, server: Server, messages: list[Any], tools: list[Any], **ext: Any):
+    raw = client.chat.completions.with_raw_response.create(
+        model=server.model, messages=messages, tools=tools, tool_choice="auto",
+        temperature=0, max_tokens=96, extra_body={"loopstack": ext} if ext else None,
+    )  # fmt: skip
+    return raw.headers, raw.parse().choices[0].message
+
+
+def test_ranking_puts_the_right_tool_first_among_ten(client: OpenAI, server: Server) -> None:
+    tools = list(golden_tools().values())
+    weather = next(t for t in tools if t["function"]["name"] == "get_weather")
+    tools = [*[t for t in tools if t is not weather][:9], weather]  # the right one last
+    user = [{"role": "user", "content": "How warm is it in Oslo right now?"}]
+    headers, msg = _create(client, server, user, tools, tool_rank={"top_k": 3})
+    offered = headers["x-loopstack-tools-offered"].split(",")
+    assert offered[0] == "get_weather" and len(offered) == 3
+    [call] = msg.tool_calls or []
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments)["city"] == "Oslo"
+
+
+def test_no_repeat_never_returns_the_answered_call(client: OpenAI, server: Server) -> None:
+    tools = [t for n, t in golden_tools().items() if n in ("get_weather", "convert_currency")]
+    done = {"city": "Paris"}
+    messages = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": json.dumps(done)},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": json.dumps({"city": "Paris", "temperature_c": 14, "conditions": "cloudy"}),
+        },
+    ]
+    _, msg = _create(client, server, messages, tools, no_repeat=True)
+    for call in msg.tool_calls or []:
+        args = json.loads(call.function.arguments)
+        same = str(args.get("city", "")).strip().lower().startswith("paris")
+        assert not (call.function.name == "get_weather" and same), call
+    assert msg.tool_calls or msg.content
+
+
+def test_a_request_no_tool_fits_gets_text(client: OpenAI, server: Server) -> None:
+    tools = [t for n, t in golden_tools().items() if n in ("get_weather", "convert_currency")]
+    prompt = (
+        "Show an example JSON object for a book with the keys title and year, in a ```json "
+        "code block. Do not use any tool."
+    )
+    user = [{"role": "user", "content": prompt}]
+    headers, msg = _create(
+        client, server, user, [*tools, SEARCH], abstain=True, tool_rank={"min_score": 0.3}
+    )
+    assert not msg.tool_calls, (headers.get("x-loopstack-tools-offered"), msg.tool_calls)
+    assert msg.content and "title" in msg.content
