@@ -158,6 +158,7 @@ async def build_agent(
             answer_options=_answer_options(settings, registry.names()),
             selection=_selection(settings, client),
             no_repeat=settings.no_repeat,
+            answer_tool=settings.answer_tool,
             answer_arms=[
                 (arm.partition("=")[0], _answer_options(settings, registry.names(), arm))
                 for arm in filter(None, settings.answer_arms.split(","))

@@ -47,7 +47,7 @@ from agent.exceptions import (
 )
 from agent.guard import ApprovalRequest, Approver, ask, call_sig, call_signature, suspicious_call
 from agent.protocols import MemoryLink, ToolResult
-from agent.selection import MORE_TOOLS, ToolSelection
+from agent.selection import ANSWER_TOOL, MORE_TOOLS, ToolSelection, answer_tool_spec
 from agent.settings import Limits
 from agent.state import (
     CURRENT_CALL,
@@ -105,6 +105,7 @@ class Agent:
         answer_arms: Iterable[tuple[str, final_answer.AnswerOptions]] = (),
         selection: ToolSelection | None = None,
         no_repeat: bool = False,
+        answer_tool: bool = False,
     ) -> None:
         self.client = client
         self.model = model
@@ -134,6 +135,7 @@ class Agent:
         # server's grammar to refuse a call identical to one answered (`loopstack.no_repeat`)
         self.selection = selection or ToolSelection()
         self.no_repeat = no_repeat
+        self.answer_tool = answer_tool  # offer `final_answer` (agent.selection.answer_tool_spec)
         self._approval_lock = asyncio.Lock()
         self._states: dict[str, AgentState] = {}  # runs in flight (cached-token counting)
         self.last_trace_path: Path | None = None
@@ -236,6 +238,13 @@ class Agent:
                 break
             counted_upto = len(state.messages)
             yield step
+            answered = _answer_call(message) if self.answer_tool else None
+            if answered is not None:  # `final_answer`: the model's own answer, by a call
+                if self._nudge(state, nudged):
+                    nudged = True
+                    continue
+                yield await self._finish(state, "answer", text=answered, own=True)
+                break
             if step.decision == "answer":
                 if self._nudge(state, nudged):
                     # answered from nothing while tools were there to look it up: once,
@@ -314,6 +323,8 @@ class Agent:
         tools = self.tools.openai_tools(self.allow)
         if state.run_tools is not None:
             tools = state.run_tools.arrange(tools)
+        if self.answer_tool and tools and not required:  # last: the cached prefix stays
+            tools = [*tools, answer_tool_spec()]
         kw: dict[str, Any] = {}
         if tools:
             kw = {"tools": tools, "tool_choice": "required" if required else "auto"}
@@ -528,7 +539,13 @@ class Agent:
     # --- the end -------------------------------------------------------------------------
 
     async def _finish(
-        self, state: AgentState, reason: Reason, *, text: str = "", detail: str = ""
+        self,
+        state: AgentState,
+        reason: Reason,
+        *,
+        text: str = "",
+        detail: str = "",
+        own: bool = False,
     ) -> FinalStep:
         t0 = time.perf_counter()
         status = STATUS_OF[reason]
@@ -536,7 +553,7 @@ class Agent:
         forced = True
         repairs: tuple[str, ...] = ()
         arms: tuple[tuple[str, str], ...] = ()
-        if reason == "answer" and (self.text_answers == "accept" or not self.tools.names()):
+        if reason == "answer" and (own or self.text_answers == "accept" or not self.tools.names()):
             answer, forced = text.strip(), False
         elif reason in ("tokens", "wall_clock", "model_error"):
             answer = final_answer.from_observations(state, reason, detail)
@@ -611,6 +628,15 @@ class Agent:
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+
+def _answer_call(message: dict[str, Any]) -> str | None:
+    """The ``answer`` of a `final_answer` call in an assistant message, if it has one."""
+    for c in message.get("tool_calls") or []:
+        if c["function"]["name"] == ANSWER_TOOL:
+            answer = _loads(c["function"]["arguments"]).get("answer")
+            return str(answer) if answer else None
+    return None
 
 
 def _model_error(exc: openai.APIError) -> AgentError:

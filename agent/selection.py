@@ -19,12 +19,41 @@ from typing import Any, Literal
 
 from memory.tool_rank import ToolRanker
 
-__all__ = ["MORE_TOOLS", "RunTools", "SelectMode", "ToolSelection", "more_tools_spec"]
+__all__ = [
+    "ANSWER_TOOL",
+    "MORE_TOOLS",
+    "RunTools",
+    "SelectMode",
+    "ToolSelection",
+    "answer_tool_spec",
+    "more_tools_spec",
+]
 
 logger = logging.getLogger(__name__)
 
 SelectMode = Literal["given", "ranked"]
 MORE_TOOLS = "more_tools"
+ANSWER_TOOL = "final_answer"
+
+
+def answer_tool_spec() -> dict[str, Any]:
+    """``final_answer``: the model answers by a call, as smolagents' tool-calling agents do.
+    A small model that calls a tool after every result calls this one once the results
+    answer the request; its argument is the run's answer, in the model's own words."""
+    return {
+        "type": "function",
+        "function": {
+            "name": ANSWER_TOOL,
+            "description": "Give the final answer to the user's request. Call it as soon as "
+            "the tool results answer the request, with the answer in plain words.",
+            "parameters": {
+                "type": "object",
+                "properties": {"answer": {"type": "string", "minLength": 1, "maxLength": 2000}},
+                "required": ["answer"],
+                "additionalProperties": False,
+            },
+        },
+    }
 
 
 def more_tools_spec(hidden: int) -> dict[str, Any]:

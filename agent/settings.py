@@ -99,6 +99,10 @@ class AgentSettings(BaseSettings):
         description="the server's grammar refuses a call identical to one already answered "
         "(loopstack.no_repeat: loopstack endpoints only)",
     )
+    answer_tool: bool = Field(
+        default=False,
+        description="offer a final_answer tool: the model answers by a call (agent.selection)",
+    )
     embedding_model: str = Field(
         default="all-MiniLM-L6-v2", description="the endpoint's embedding model (ranking)"
     )

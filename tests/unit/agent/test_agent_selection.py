@@ -120,3 +120,34 @@ async def test_a_failing_ranker_leaves_the_tools_as_given() -> None:
     result = await make(model, selection=selection).run("Weather in Paris?")
     assert names(model.chat_requests[0]) == [f.__name__ for f in TOOLS]
     assert result.status == "done"
+
+
+async def test_the_answer_tool_ends_the_run_with_the_models_own_answer() -> None:
+    from agent.selection import ANSWER_TOOL
+
+    model = ScriptedModel(
+        [call("get_weather", city="Paris"), call(ANSWER_TOOL, answer="18 degrees in Paris")]
+    )
+    steps = [s async for s in make(model, answer_tool=True).steps("Weather in Paris?")]
+    final = steps[-1]
+    assert isinstance(final, FinalStep)
+    assert (final.reason, final.answer, final.forced) == ("answer", "18 degrees in Paris", False)
+    assert names(model.chat_requests[0])[-1] == ANSWER_TOOL  # offered last: a stable prefix
+    assert not any(r.get("response_format") for r in model.requests)  # no forced request
+    assert [s.name for s in steps if isinstance(s, ToolStep)] == ["get_weather"]
+
+
+async def test_an_answer_call_before_any_lookup_is_nudged_to_a_tool_first() -> None:
+    from agent.selection import ANSWER_TOOL
+
+    model = ScriptedModel(
+        [
+            call(ANSWER_TOOL, answer="guess"),
+            call("get_weather", city="Paris"),
+            call(ANSWER_TOOL, answer="18"),
+        ]
+    )
+    result = await make(model, answer_tool=True).run("Weather in Paris?")
+    assert result.answer == "18"
+    nudged = model.chat_requests[1]
+    assert nudged["tool_choice"] == "required" and ANSWER_TOOL not in names(nudged)
