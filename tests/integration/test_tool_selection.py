@@ -12,21 +12,9 @@ from openai import OpenAI
 
 from bench.agent.selection import golden_tools
 from tests.integration.conftest import Server
+from tests.integration.test_turn_requests import SEARCH
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-SEARCH = {
-    "type": "function",
-    "function": {
-        "name": "search_files",
-        "description": "Search files in the workspace by name.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}},
-            "required": ["query"],
-        },
-    },
-}
 
 
 def _create(client: OpenAI, server: Server, messages: list[Any], tools: list[Any], **ext: Any):
