@@ -156,7 +156,7 @@ async def build_agent(
             plan=plan or settings.plan,  # type: ignore[arg-type]
             instructions=instructions.strip(),
             answer_options=_answer_options(settings, registry.names()),
-            selection=_selection(settings, client),
+            selection=ToolSelection(settings.select, settings.top_k),
             no_repeat=settings.no_repeat,
             answer_tool=settings.answer_tool,
             answer_arms=[
@@ -169,17 +169,6 @@ async def build_agent(
 
             agent.counter = TokenCounter(settings.tokenizer)
         yield agent
-
-
-def _selection(settings: AgentSettings, client: Any) -> ToolSelection:
-    """Tool ranking through the endpoint's own embedding model (``/v1/embeddings``)."""
-    if settings.select == "given":
-        return ToolSelection()
-    from memory.embedding import EndpointEmbedder
-    from memory.tool_rank import ToolRanker
-
-    embedder = EndpointEmbedder("", settings.embedding_model, dim=384, client=client)
-    return ToolSelection("ranked", settings.top_k, ToolRanker(embedder))
 
 
 def _answer_options(

@@ -202,20 +202,6 @@ class Agent:
             call_signature(o.name, o.arguments): o for o in state.observations
         }
         counted_upto, idle, nudged, repeats = 0, 0, False, 0
-        if state.run_tools is None:
-            try:
-                state.run_tools = await self.selection.choose(
-                    state.goal, self.tools.openai_tools(self.allow)
-                )
-            except Exception as exc:  # ranking is a help: the tools as given
-                logger.warning("[trace_id=%s] tool ranking failed: %s", state.run_id, exc)
-            if state.run_tools is not None:
-                logger.info(
-                    "[trace_id=%s] tools ranked: %s (%d offered)",
-                    state.run_id,
-                    ", ".join(state.run_tools.order),
-                    state.run_tools.offered,
-                )
         if state.plan is None and (made := await plans.make(self, state, self.plan)) is not None:
             yield made
         while True:
@@ -324,16 +310,19 @@ class Agent:
         self, state: AgentState, *, required: bool = False
     ) -> tuple[ModelStep, dict[str, Any]]:
         tid = self._tid(state)
-        tools = self.tools.openai_tools(self.allow)
-        if state.run_tools is not None:
-            tools = state.run_tools.arrange(tools)
+        own = self.tools.openai_tools(self.allow)
+        tools = self.selection.tools(own, state.run_tools)
         if self.answer_tool and tools and not required:  # last: the cached prefix stays
             tools = [*tools, answer_tool_spec()]
         kw: dict[str, Any] = {}
         if tools:
             kw = {"tools": tools, "tool_choice": "required" if required else "auto"}
-            if self.no_repeat:
-                kw["loopstack"] = {"no_repeat": True}
+            ext: dict[str, Any] = {"no_repeat": True} if self.no_repeat else {}
+            rank = self.selection.extension(state.goal, state.run_tools, len(own), [ANSWER_TOOL])
+            if rank is not None:
+                ext["tool_rank"] = rank
+            if ext:
+                kw["loopstack"] = ext
         t0 = time.perf_counter()
         resp = await self._chat(
             tid,
@@ -419,7 +408,7 @@ class Agent:
             sig = call_sig(call)
             if sig in seen:
                 jobs.append(self._repeat(state, call, seen[sig], i))
-            elif call["function"]["name"] == MORE_TOOLS and state.run_tools is not None:
+            elif call["function"]["name"] == MORE_TOOLS:
                 jobs.append(self._more_tools(state, call, i))
             elif budget <= 0:
                 err = {"type": "limit", "message": "max_tool_calls reached: not executed"}
@@ -479,9 +468,8 @@ class Agent:
         self, state: AgentState, call: dict[str, Any], i: int
     ) -> tuple[ToolStep, Observation | None, str]:
         """``more_tools``: every tool is offered from the next step on."""
-        assert state.run_tools is not None
-        added = state.run_tools.expand()
-        data = {"now_offered": added, "note": "call one of these, or answer"}
+        state.run_tools.expanded = True
+        data = {"now_offered": "every tool", "note": "call one of them, or answer"}
         return self._observe(state, call, i, {}, ToolResult("ok", data=data), 0.0)
 
     async def _repeat(

@@ -1,23 +1,22 @@
 """Tool selection in the agent runtime: which tools a run offers, and in what order.
 
 A small model picks the wrong tool when many are offered (the first listed, most often).
-With ``select="ranked"`` a run ranks its tools once, against its goal, with
-`memory.tool_rank.ToolRanker` (the stack's embedding model over each tool's name,
-description and parameter names, plus keyword recall), and offers them most relevant first
-for the whole run: one order per run, so every step's prompt starts the same and the
-server's prefix cache keeps hitting. With ``top_k`` only the k best are offered, plus a
-``more_tools`` tool: calling it offers the rest (the way back when the ranking missed).
+With ``select="ranked"`` every step asks the endpoint to rank the run's tools against the
+run's *goal* (``loopstack.tool_rank``: the server's embedding model over each tool's name,
+description and parameter names, plus keyword recall; `serving.tool_rank`). The query is the
+goal, so the order is one per run: every step's prompt starts the same and the prefix cache
+keeps hitting. With ``top_k`` only the k best are offered, plus a ``more_tools`` tool:
+calling it offers the rest from the next step on (the way back when the ranking missed).
+Ranking needs a loopstack endpoint, as ``no_repeat`` does; the ranking runs where the
+embedding model already is, and the agent never loads one.
 
-`ToolSelection` is what the loop holds; `RunTools` is one run's choice, kept on the state.
+`ToolSelection` is what the loop holds; `RunTools` is one run's state, kept on `AgentState`.
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
-
-from memory.tool_rank import ToolRanker
 
 __all__ = [
     "ANSWER_TOOL",
@@ -29,7 +28,6 @@ __all__ = [
     "more_tools_spec",
 ]
 
-logger = logging.getLogger(__name__)
 
 SelectMode = Literal["given", "ranked"]
 MORE_TOOLS = "more_tools"
@@ -71,49 +69,36 @@ def more_tools_spec(hidden: int) -> dict[str, Any]:
 
 @dataclass
 class RunTools:
-    """One run's tools: their order (names) and how many are offered now."""
+    """One run's selection state: whether ``more_tools`` has brought every tool back."""
 
-    order: list[str]
-    offered: int
-    scores: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def hidden(self) -> int:
-        return len(self.order) - self.offered
-
-    def expand(self) -> list[str]:
-        """Offer every tool from now on; the names that were hidden."""
-        added = self.order[self.offered :]
-        self.offered = len(self.order)
-        return added
-
-    def arrange(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`tools` (the allowed ones, as the registry gives them) in the run's order, cut to
-        the offered ones, with ``more_tools`` while some are hidden."""
-        by_name = {t["function"]["name"]: t for t in tools}
-        shown = [by_name[n] for n in self.order[: self.offered] if n in by_name]
-        shown += [t for n, t in by_name.items() if n not in self.order]  # mounted mid-run
-        return [*shown, more_tools_spec(self.hidden)] if self.hidden > 0 else shown
+    expanded: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class ToolSelection:
     """How a run chooses its tools: ``given`` (the registry's order, all of them) or
-    ``ranked`` (by relevance to the goal; ``top_k`` best only, with ``more_tools``)."""
+    ``ranked`` (by the endpoint, against the goal; ``top_k`` best only, with ``more_tools``)."""
 
     mode: SelectMode = "given"
     top_k: int | None = None
-    ranker: ToolRanker | None = None
 
-    async def choose(self, goal: str, tools: list[dict[str, Any]]) -> RunTools | None:
-        """The run's tools, or None to offer them as given."""
-        if self.mode == "given" or self.ranker is None or len(tools) < 2:
-            if self.mode == "ranked" and self.ranker is None:
-                logger.warning("tool selection 'ranked' without a ranker: tools as given")
+    def tools(self, tools: list[dict[str, Any]], run: RunTools) -> list[dict[str, Any]]:
+        """The step's tools: ``more_tools`` after them while some are held back."""
+        if self.mode == "ranked" and self.cuts(run, len(tools)):
+            return [*tools, more_tools_spec(len(tools) - (self.top_k or 0))]
+        return tools
+
+    def extension(
+        self, goal: str, run: RunTools, n: int, pinned: list[str]
+    ) -> dict[str, Any] | None:
+        """The step's ``loopstack.tool_rank`` for `n` tools: None when they go as given."""
+        if self.mode == "given" or n < 2:
             return None
-        ranking = await self.ranker.rank(goal, tools)
-        order = [r.name for r in ranking]
-        k = len(order) if self.top_k is None else min(self.top_k, len(order))
-        if k == len(order) - 1:  # hiding one tool behind another one saves nothing
-            k = len(order)
-        return RunTools(order, k, {r.name: round(r.score, 3) for r in ranking})
+        rank: dict[str, Any] = {"query": goal, "always": [MORE_TOOLS, *pinned]}
+        if self.cuts(run, n):
+            rank["top_k"] = self.top_k
+        return rank
+
+    def cuts(self, run: RunTools, n: int) -> bool:
+        """Whether `n` tools are cut to the top k (hiding one behind another saves nothing)."""
+        return self.top_k is not None and not run.expanded and n > self.top_k + 1

@@ -89,7 +89,7 @@ class AgentSettings(BaseSettings):
     select: Literal["given", "ranked"] = Field(
         default="given",
         description="tool order per run: as given, or ranked by relevance to the goal "
-        "(agent.selection: the endpoint's embedding model plus keyword recall)",
+        "(loopstack.tool_rank: loopstack endpoints only)",
     )
     top_k: int | None = Field(
         default=None, ge=1, description="ranked: offer the k best tools (more_tools shows the rest)"
@@ -102,9 +102,6 @@ class AgentSettings(BaseSettings):
     answer_tool: bool = Field(
         default=False,
         description="offer a final_answer tool: the model answers by a call (agent.selection)",
-    )
-    embedding_model: str = Field(
-        default="all-MiniLM-L6-v2", description="the endpoint's embedding model (ranking)"
     )
     model: str | None = Field(default=None, description="default: first chat model listed")
     tokenizer: str | None = Field(default=None, description="local HF folder for counting")

@@ -134,7 +134,7 @@ class AgentState:
     workers: list[dict[str, Any]] = field(default_factory=list)
     delegated: dict[str, str] = field(default_factory=dict)
     charged: Cost = field(default_factory=Cost)
-    run_tools: RunTools | None = None  # the run's tool order (agent.selection), fixed per run
+    run_tools: RunTools = field(default_factory=RunTools)  # tool selection (agent.selection)
 
     def __post_init__(self) -> None:
         if not self.user_messages:

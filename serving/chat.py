@@ -28,7 +28,6 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from memory.tool_rank import ToolRanker
 from serving.backend_outlines import OutlinesBackend
 from serving.client_constraints import admit_constraints, client_constraint
 from serving.constraint import CompiledSchema
@@ -53,6 +52,7 @@ from serving.protocol import (
 )
 from serving.schema_cache import SchemaCache
 from serving.schema_limits import repair_schema
+from serving.tool_rank import ToolRanker
 from serving.tool_selection import (
     excluding,
     executed_calls,
@@ -118,8 +118,8 @@ class ChatService:
                 raise InvalidRequest(
                     "loopstack.tool_rank needs the server's embedding model", param="loopstack"
                 )
-            req, kept = await rank_request(req, self.ranker)
-            _say("x-loopstack-tools-offered", ",".join(r.name for r in kept))
+            req = await rank_request(req, self.ranker)
+            _say("x-loopstack-tools-offered", ",".join(t.function.name for t in req.tools or []))
         choice = req.effective_tool_choice()
         compiled = await self._compile_tools(req)
         if choice == "none":

@@ -187,6 +187,12 @@ class ToolRankOptions(BaseModel):
     query: str | None = Field(
         default=None, max_length=20_000, description="rank against this (default: first user msg)"
     )
+    always: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="tools offered whatever their score, after the ranked ones (not counted "
+        "in top_k): an agent's own control tools",
+    )
 
 
 class LoopstackOptions(BaseModel):

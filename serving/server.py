@@ -28,7 +28,6 @@ from urllib.parse import urlsplit
 import uvicorn
 from fastapi import FastAPI
 
-from memory.tool_rank import ToolRanker
 from serving.admission import Admission
 from serving.api import AppState, TraceIdFilter, build_app
 from serving.automaton import AutomatonProbe
@@ -49,6 +48,7 @@ from serving.model_store import resolve_model
 from serving.prompt import BackgroundTokenizer, PromptBuilder
 from serving.schema_cache import SchemaCache
 from serving.schema_limits import SchemaLimits
+from serving.tool_rank import ToolRanker
 from serving.tool_selection import ServerEmbedder
 
 logger = logging.getLogger(__name__)

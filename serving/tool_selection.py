@@ -4,7 +4,7 @@ Both are asked for in ``extra_body={"loopstack": {...}}``; a request without the
 exactly as before.
 
 * ``tool_rank`` (`ToolRankOptions`): the offered tools are ranked by relevance to the request
-  (`memory.tool_rank`: the server's own embedding model over each tool's name, description
+  (`serving.tool_rank`: the server's own embedding model over each tool's name, description
   and parameter names, plus keyword recall), offered most relevant first, optionally only the
   ``top_k`` best and only those scoring ``min_score`` or more. When no tool is left the
   request is answered in text, as with ``tool_choice="none"``. The query is the first user
@@ -19,6 +19,7 @@ exactly as before.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -26,11 +27,11 @@ from typing import Any
 
 import jsonschema
 import numpy as np
+import numpy.typing as npt
 
-from memory.embedding import Vectors, normalize
-from memory.tool_rank import RankedTool, ToolRanker
 from serving.embeddings import EmbeddingService
 from serving.protocol import ChatCompletionRequest, NamedToolChoice
+from serving.tool_rank import ToolRanker
 
 __all__ = [
     "ABSTAIN_RULE",
@@ -55,24 +56,16 @@ _MAX_STRING_POSITIONS = 64  # a string differs in one of its first 64 characters
 
 
 class ServerEmbedder:
-    """The server's own `EmbeddingService` as a `memory.embedding.Embedder`."""
+    """The server's own `EmbeddingService` as a `serving.tool_rank.Embedder`."""
 
     def __init__(self, service: EmbeddingService) -> None:
         self.service = service
 
-    @property
-    def name(self) -> str:
-        return self.service.model_name
-
-    @property
-    def dim(self) -> int:
-        return 384
-
-    async def embed(self, texts: list[str]) -> Vectors:
-        import asyncio
-
+    async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         vectors, _ = await asyncio.to_thread(self.service._encode, texts)
-        return normalize(np.asarray(vectors, dtype=np.float32))
+        arr = np.asarray(vectors, dtype=np.float32)
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        return arr / np.where(norms == 0, 1.0, norms)
 
 
 # --- ranking -------------------------------------------------------------------------------
@@ -97,15 +90,14 @@ def request_query(req: ChatCompletionRequest) -> str:
     return ""
 
 
-async def rank_request(
-    req: ChatCompletionRequest, ranker: ToolRanker
-) -> tuple[ChatCompletionRequest, list[RankedTool]]:
-    """`req` with its tools ranked (and cut) as ``loopstack.tool_rank`` asks; the ranking."""
+async def rank_request(req: ChatCompletionRequest, ranker: ToolRanker) -> ChatCompletionRequest:
+    """`req` with its tools ranked (and cut) as ``loopstack.tool_rank`` asks."""
     opts = req.loopstack.tool_rank
     if opts is None or not req.tools:
-        return req, []
+        return req
+    pinned = set(opts.always)
     tools = [t.model_dump(exclude_none=True) for t in req.tools]
-    ranking = await ranker.rank(request_query(req), tools)
+    ranking = [r for r in await ranker.rank(request_query(req), tools) if r.name not in pinned]
     keep = [r for r in ranking if opts.min_score is None or r.score >= opts.min_score]
     if opts.top_k is not None:
         keep = keep[: opts.top_k]
@@ -116,16 +108,19 @@ async def rank_request(
             keep += [r for r in ranking if r.name == named]
     elif choice == "required" and not keep:  # a call is demanded: the best tool stays
         keep = ranking[:1]
-    update: dict[str, Any] = {"tools": [req.tools[r.index] for r in keep] or None}
+    offered = [req.tools[r.index] for r in keep]
+    if keep:  # the pinned tools follow the ranked ones; alone they answer nothing
+        offered += [t for t in req.tools if t.function.name in pinned]
+    update: dict[str, Any] = {"tools": offered or None}
     if not keep:
         update["tool_choice"] = None  # nothing fits: answered in text
     logger.info(
-        "tool_rank: %d of %d tools offered: %s",
+        "tool_rank: %d of %d tools ranked in: %s",
         len(keep),
         len(tools),
         ", ".join(f"{r.name}={r.score:.2f}" for r in keep[:8]),
     )
-    return req.model_copy(update=update), keep
+    return req.model_copy(update=update)
 
 
 def with_abstain_rule(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

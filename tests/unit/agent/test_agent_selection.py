@@ -9,8 +9,6 @@ from agent.scripted import ScriptedModel, call, text
 from agent.selection import MORE_TOOLS, ToolSelection
 from agent.state import FinalStep, ToolStep
 from agent.tools import ToolRegistry
-from memory.embedding import HashingEmbedder
-from memory.tool_rank import ToolRanker
 
 
 def sales_by_product(region: str) -> dict[str, Any]:
@@ -61,25 +59,26 @@ def make(model: ScriptedModel, **kw: Any) -> Agent:
     return Agent(model.client(), "scripted-model", ToolRegistry(TOOLS), **kw)
 
 
-def ranked(top_k: int | None = None) -> ToolSelection:
-    return ToolSelection("ranked", top_k, ToolRanker(HashingEmbedder()))
+GOAL = "What is the weather in Paris city?"
 
 
 async def test_given_order_is_the_default() -> None:
     model = ScriptedModel([call("get_weather", city="Paris")])
-    await make(model).run("What is the weather in Paris?")
+    await make(model).run(GOAL)
     assert names(model.chat_requests[0]) == [f.__name__ for f in TOOLS]
     assert "loopstack" not in model.chat_requests[0]  # an ordinary request
 
 
-async def test_ranked_tools_keep_one_order_for_the_whole_run() -> None:
+async def test_ranked_asks_the_endpoint_with_the_goal_on_every_step() -> None:
     model = ScriptedModel(
         [call("get_weather", city="Paris"), call("convert_currency", amount=1, to="EUR")]
     )
-    result = await make(model, selection=ranked()).run("What is the weather in Paris city?")
-    orders = [names(r) for r in model.chat_requests]
-    assert len(orders) >= 2 and all(o == orders[0] for o in orders)
-    assert orders[0][0] == "get_weather" and sorted(orders[0]) == sorted(f.__name__ for f in TOOLS)
+    result = await make(model, selection=ToolSelection("ranked")).run(GOAL)
+    ranks = [r["loopstack"]["tool_rank"] for r in model.chat_requests]
+    assert len(ranks) >= 2 and all(r == ranks[0] for r in ranks)  # one order per run
+    assert ranks[0]["query"] == GOAL and "top_k" not in ranks[0]
+    assert MORE_TOOLS in ranks[0]["always"]
+    assert names(model.chat_requests[0]) == [f.__name__ for f in TOOLS]
     assert result.status == "done"
 
 
@@ -87,17 +86,21 @@ async def test_top_k_offers_the_best_and_more_tools_brings_the_rest() -> None:
     model = ScriptedModel(
         [call(MORE_TOOLS), call("read_file", path="a.txt"), text("It says notes.")]
     )
-    agent = make(model, selection=ranked(top_k=2), text_answers="accept")
-    steps = [s async for s in agent.steps("What is the weather in Paris city?")]
-    first, second = (names(r) for r in model.chat_requests[:2])
-    assert first[:2][0] == "get_weather" and first[-1] == MORE_TOOLS and len(first) == 3
-    assert MORE_TOOLS not in second and sorted(second) == sorted(f.__name__ for f in TOOLS)
-    assert second[:2] == first[:2]  # the prefix the cache holds stays in place
+    agent = make(model, selection=ToolSelection("ranked", 2), text_answers="accept")
+    steps = [s async for s in agent.steps(GOAL)]
+    first, second = model.chat_requests[:2]
+    assert first["loopstack"]["tool_rank"]["top_k"] == 2 and names(first)[-1] == MORE_TOOLS
+    assert "top_k" not in second["loopstack"]["tool_rank"] and MORE_TOOLS not in names(second)
     more = next(s for s in steps if isinstance(s, ToolStep) and s.name == MORE_TOOLS)
     assert more.status == "ok"
     ran = [s.name for s in steps if isinstance(s, ToolStep)]
     assert ran == [MORE_TOOLS, "read_file"]
     assert isinstance(steps[-1], FinalStep) and steps[-1].answer == "It says notes."
+    # hiding one tool behind another saves nothing: then no cut at all
+    model = ScriptedModel([call("get_weather", city="Paris")])
+    await make(model, selection=ToolSelection("ranked", 3)).run(GOAL)
+    req = model.chat_requests[0]
+    assert "top_k" not in req["loopstack"]["tool_rank"] and MORE_TOOLS not in names(req)
 
 
 async def test_no_repeat_is_asked_of_the_server_on_every_step_with_tools() -> None:
@@ -106,20 +109,6 @@ async def test_no_repeat_is_asked_of_the_server_on_every_step_with_tools() -> No
     assert all(r["loopstack"] == {"no_repeat": True} for r in model.chat_requests)
     final = model.requests[-1]
     assert "tools" in final  # the answer came from a step, not from a forced request
-
-
-async def test_a_failing_ranker_leaves_the_tools_as_given() -> None:
-    class Broken:
-        name, dim = "broken", 4
-
-        async def embed(self, texts: list[str]) -> Any:
-            raise RuntimeError("embedding endpoint down")
-
-    model = ScriptedModel([call("get_weather", city="Paris")])
-    selection = ToolSelection("ranked", 2, ToolRanker(Broken()))
-    result = await make(model, selection=selection).run("Weather in Paris?")
-    assert names(model.chat_requests[0]) == [f.__name__ for f in TOOLS]
-    assert result.status == "done"
 
 
 async def test_the_answer_tool_ends_the_run_with_the_models_own_answer() -> None:

@@ -11,11 +11,11 @@ import jsonschema
 import pytest
 
 from memory.embedding import HashingEmbedder
-from memory.tool_rank import ToolRanker
 from serving.backend_guidance import lark_grammar
 from serving.constraint_backend import TurnSpec
 from serving.grammar_checker import make_backend
 from serving.schema_limits import repair_schema
+from serving.tool_rank import ToolRanker
 from serving.tool_selection import excluding, executed_calls
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import ADD, WEATHER, call, post_chat
@@ -218,6 +218,13 @@ async def test_tool_rank_offers_the_best_first_and_cuts_to_top_k(guidance: Harne
     [(_, sent)] = h.engine.requests
     assert sent["prompt"].index("get_weather") < sent["prompt"].index(offered[1])
     assert "sales_total" not in sent["prompt"] or offered[1] == "sales_total"
+    # tools named in `always` follow the ranked ones, outside top_k (an agent's own tools)
+    h.engine.requests.clear()
+    rank = {"top_k": 1, "always": ["sales_total"]}
+    resp = await post_chat(
+        h, messages=user, tools=tools, tool_choice="required", loopstack={"tool_rank": rank}
+    )
+    assert resp.headers["x-loopstack-tools-offered"] == "get_weather,sales_total"
     # a min_score nothing reaches: answered in text, with no tools at all
     h.engine.requests.clear()
     h.engine.chat_content = "no tool needed"

@@ -3,8 +3,8 @@
 Small models pick the wrong tool when many are offered (the first listed, most often), and
 call one where none fits. Retrieval over the tool descriptions, as RAG-MCP and Toolshed do,
 narrows the choice before the model sees it. This module is the one ranking used by the
-agent runtime (`agent.selection`) and by the server's opt-in extension
-(`serving.tool_selection`); it depends only on an `Embedder`.
+server's opt-in extension ``loopstack.tool_rank`` (`serving.tool_selection`), which the agent
+runtime's ranked selection asks for (`agent.selection`); it depends only on an `Embedder`.
 
 * A tool's *document* is its name (split into words), description and parameter names (with
   their descriptions and enum values, cut), as `tool_document` writes it.
@@ -26,13 +26,19 @@ import re
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
-from memory.embedding import Embedder
+__all__ = ["Embedder", "RankedTool", "ToolRanker", "tool_document", "tool_key"]
 
-__all__ = ["RankedTool", "ToolRanker", "tool_document", "tool_key"]
+
+class Embedder(Protocol):
+    """Texts to unit-norm float32 vectors, one row each (the server's embedding model)."""
+
+    async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]: ...
+
 
 _WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+")
 _STOP = frozenset(
