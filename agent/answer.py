@@ -11,6 +11,7 @@ decodes the JSON string as it arrives.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent import answer_kinds
-from agent.exceptions import ModelError
+from agent.exceptions import AgentError, ModelError
 from agent.settings import Limits
 from agent.state import AgentState, Reason
 from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
@@ -160,18 +161,52 @@ def _partial_string(raw: str) -> str | None:
 
 
 async def request(
-    agent: Asker, state: AgentState, reason: Reason, *, deadline: float | None = None
+    agent: Asker,
+    state: AgentState,
+    reason: Reason,
+    *,
+    deadline: float | None = None,
+    options: AnswerOptions | None = None,
 ) -> tuple[str, int, int]:
-    """Ask for the final answer within ``deadline`` seconds (ModelError when it passes);
-    returns (answer, prompt tokens, completion tokens)."""
+    """Ask for the final answer within ``deadline`` seconds (ModelError when it passes), the
+    way ``options`` says (default: the agent's); returns (answer, prompt, completion tokens)."""
+    opts = options or agent.answer_options
     try:
-        return await asyncio.wait_for(_request(agent, state, reason), deadline)
+        return await asyncio.wait_for(_request(agent, state, reason, opts), deadline)
     except TimeoutError as exc:
         raise ModelError(f"no final answer within the remaining {deadline} s") from exc
 
 
-async def _request(agent: Asker, state: AgentState, reason: Reason) -> tuple[str, int, int]:
-    opts = agent.answer_options
+async def shadow_answers(
+    agent: Asker,
+    state: AgentState,
+    reason: Reason,
+    arms: tuple[tuple[str, AnswerOptions], ...],
+    *,
+    deadline: float,
+    repair: Callable[[str], str],
+) -> tuple[tuple[str, str], ...]:
+    """Measurement only (``LOOPSTACK_AGENT_ANSWER_ARMS``): the final answer asked again under
+    each other way of asking, on the same state, recorded in the trace and never shown; their
+    tokens are not charged to the run. Options travel as arguments: runs in flight at once
+    never see each other's."""
+    out = []
+    usage = dataclasses.replace(state.usage)
+    try:
+        for name, options in arms:
+            try:
+                text, _, _ = await request(agent, state, reason, deadline=deadline, options=options)
+            except AgentError as exc:
+                text = f"(arm failed: {exc.message})"
+            out.append((name, repair(text)))
+    finally:
+        state.usage = usage
+    return tuple(out)
+
+
+async def _request(
+    agent: Asker, state: AgentState, reason: Reason, opts: AnswerOptions
+) -> tuple[str, int, int]:
     messages = _prompt(state, reason, opts.examples)
     tid = f"{state.run_id}.{state.step}.final"
     kw: dict[str, Any] = {"messages": messages, "max_tokens": agent.limits.answer_max_tokens}

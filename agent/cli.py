@@ -156,9 +156,9 @@ async def build_agent(
             plan=plan or settings.plan,  # type: ignore[arg-type]
             instructions=instructions.strip(),
             answer_options=_answer_options(settings, registry.names()),
-            selection=ToolSelection(settings.select, settings.top_k),
-            no_repeat=settings.no_repeat,
-            answer_tool=settings.answer_tool,
+            selection=ToolSelection(
+                settings.select, settings.top_k, settings.no_repeat, settings.answer_tool
+            ),
             answer_arms=[
                 (arm.partition("=")[0], _answer_options(settings, registry.names(), arm))
                 for arm in filter(None, settings.answer_arms.split(","))

@@ -190,3 +190,22 @@ def suspicious_call(
         if any(v in leaf for leaf in leaves):
             return f"argument value {value!r} comes from text inside tool output, not from the user"
     return None
+
+
+def repeated_call_error(status: str, step: int) -> dict[str, Any]:
+    """The error a repeated identical call gets instead of running again (the first time):
+    use the result, or - after an error - fix the arguments, or use another tool."""
+    if status == "ok":
+        hint = (
+            "its result is above. If it answers the request, reply with the final answer "
+            "now; if more is needed, call a different tool or use different arguments"
+        )
+    else:
+        hint = (
+            "it failed, and the same arguments fail the same way. Read the error above "
+            "and call again with corrected arguments, or use another tool"
+        )
+    return {
+        "type": "repeated_call",
+        "message": f"not run again: identical to the call at step {step}; {hint}",
+    }

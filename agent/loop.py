@@ -18,7 +18,6 @@ a token or wall-clock limit answers from the observations without another model 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import time
@@ -45,9 +44,22 @@ from agent.exceptions import (
     ToolNotAllowed,
     error_body,
 )
-from agent.guard import ApprovalRequest, Approver, ask, call_sig, call_signature, suspicious_call
+from agent.guard import (
+    ApprovalRequest,
+    Approver,
+    ask,
+    call_sig,
+    call_signature,
+    repeated_call_error,
+    suspicious_call,
+)
 from agent.protocols import MemoryLink, ToolResult
-from agent.selection import ANSWER_TOOL, MORE_TOOLS, ToolSelection, answer_tool_spec
+from agent.selection import (
+    ANSWER_TOOL,
+    MORE_TOOLS,
+    ToolSelection,
+    answer_call,
+)
 from agent.settings import Limits
 from agent.state import (
     CURRENT_CALL,
@@ -108,8 +120,6 @@ class Agent:
         answer_options: final_answer.AnswerOptions | None = None,
         answer_arms: Iterable[tuple[str, final_answer.AnswerOptions]] = (),
         selection: ToolSelection | None = None,
-        no_repeat: bool = False,
-        answer_tool: bool = False,
     ) -> None:
         self.client = client
         self.model = model
@@ -134,12 +144,8 @@ class Agent:
         # (run id, step trace id) its trace lines point at
         self.depth, self.ancestors, self.trace_parent = depth, ancestors, trace_parent
         self.answer_options = answer_options or final_answer.AnswerOptions()
-        self.answer_arms = tuple(answer_arms)  # measurement only: see _shadow_answers
-        # which tools a run offers, in what order (agent.selection); no_repeat asks the
-        # server's grammar to refuse a call identical to one answered (`loopstack.no_repeat`)
-        self.selection = selection or ToolSelection()
-        self.no_repeat = no_repeat
-        self.answer_tool = answer_tool  # offer `final_answer` (agent.selection.answer_tool_spec)
+        self.answer_arms = tuple(answer_arms)  # measurement only: answer.shadow_answers
+        self.selection = selection or ToolSelection()  # which tools, how (agent.selection)
         self._approval_lock = asyncio.Lock()
         self._states: dict[str, AgentState] = {}  # runs in flight (cached-token counting)
         self.last_trace_path: Path | None = None
@@ -228,7 +234,7 @@ class Agent:
                 break
             counted_upto = len(state.messages)
             yield step
-            answered = _answer_call(message) if self.answer_tool else None
+            answered = answer_call(message) if self.selection.answer_tool else None
             if answered is not None:  # `final_answer`: the model's own answer, by a call
                 if self._nudge(state, nudged):
                     nudged = True
@@ -311,18 +317,7 @@ class Agent:
     ) -> tuple[ModelStep, dict[str, Any]]:
         tid = self._tid(state)
         own = self.tools.openai_tools(self.allow)
-        tools = self.selection.tools(own, state.run_tools)
-        if self.answer_tool and tools and not required:  # last: the cached prefix stays
-            tools = [*tools, answer_tool_spec()]
-        kw: dict[str, Any] = {}
-        if tools:
-            kw = {"tools": tools, "tool_choice": "required" if required else "auto"}
-            ext: dict[str, Any] = {"no_repeat": True} if self.no_repeat else {}
-            rank = self.selection.extension(state.goal, state.run_tools, len(own), [ANSWER_TOOL])
-            if rank is not None:
-                ext["tool_rank"] = rank
-            if ext:
-                kw["loopstack"] = ext
+        kw = self.selection.request(own, state.goal, state.run_tools, required=required)
         t0 = time.perf_counter()
         resp = await self._chat(
             tid,
@@ -407,7 +402,8 @@ class Agent:
         for i, call in enumerate(calls):
             sig = call_sig(call)
             if sig in seen:
-                jobs.append(self._repeat(state, call, seen[sig], i))
+                err = repeated_call_error(seen[sig].status, seen[sig].step)
+                jobs.append(self._refuse(state, call, i, ToolResult("error", error=err)))
             elif call["function"]["name"] == MORE_TOOLS:
                 jobs.append(self._more_tools(state, call, i))
             elif budget <= 0:
@@ -472,25 +468,6 @@ class Agent:
         data = {"now_offered": "every tool", "note": "call one of them, or answer"}
         return self._observe(state, call, i, {}, ToolResult("ok", data=data), 0.0)
 
-    async def _repeat(
-        self, state: AgentState, call: dict[str, Any], first: Observation, i: int
-    ) -> tuple[ToolStep, Observation | None, str]:
-        if first.status == "ok":
-            hint = (
-                "its result is above. If it answers the request, reply with the final answer "
-                "now; if more is needed, call a different tool or use different arguments"
-            )
-        else:
-            hint = (
-                "it failed, and the same arguments fail the same way. Read the error above "
-                "and call again with corrected arguments, or use another tool"
-            )
-        err = {
-            "type": "repeated_call",
-            "message": f"not run again: identical to the call at step {first.step}; {hint}",
-        }
-        return await self._refuse(state, call, i, ToolResult("error", error=err))
-
     async def _refuse(
         self, state: AgentState, call: dict[str, Any], i: int, result: ToolResult
     ) -> tuple[ToolStep, Observation | None, str]:
@@ -509,7 +486,9 @@ class Agent:
         latency: float,
     ) -> tuple[ToolStep, Observation, str]:
         body = {"note": UNTRUSTED_NOTE, **result.to_dict()}
-        if self.answer_tool and result.status == "ok":  # where the 0.5B reads: right after
+        if (
+            self.selection.answer_tool and result.status == "ok"
+        ):  # where the 0.5B reads: right after
             body["next"] = ANSWER_HINT
         content = json.dumps(body, ensure_ascii=False, default=str)
         tid = self._tid(state, f".{i}")
@@ -562,7 +541,16 @@ class Agent:
                     if self.on_text is not None and fixed.answer != answer:
                         self.on_text(f"\n(corrected from the tool results) {fixed.answer}")
                 answer, repairs = fixed.answer, fixed.problems
-                arms = await self._shadow_answers(state, reason)
+                if self.answer_arms:  # measurement only (LOOPSTACK_AGENT_ANSWER_ARMS)
+                    names = frozenset(self.tools.names())
+                    arms = await final_answer.shadow_answers(
+                        self,
+                        state,
+                        reason,
+                        self.answer_arms,
+                        deadline=self._remaining(state, floor=0.5),
+                        repair=lambda text: grounding.repair(text, state, names).answer,
+                    )
             except AgentError as exc:
                 if state.elapsed() >= self.limits.wall_clock_s:
                     reason, status = "wall_clock", STATUS_OF["wall_clock"]
@@ -586,30 +574,6 @@ class Agent:
             arms=arms,
         )
 
-    async def _shadow_answers(
-        self, state: AgentState, reason: Reason
-    ) -> tuple[tuple[str, str], ...]:
-        """Measurement only (``LOOPSTACK_AGENT_ANSWER_ARMS``): the final answer asked again
-        under each other way of asking, on the same state, recorded in the trace and never
-        shown; their tokens are not charged to the run."""
-        out = []
-        kept, usage = self.answer_options, dataclasses.replace(state.usage)
-        try:
-            for name, options in self.answer_arms:
-                self.answer_options = options
-                try:
-                    text, _, _ = await final_answer.request(
-                        self, state, reason, deadline=self._remaining(state, floor=0.5)
-                    )
-                except AgentError as exc:
-                    text = f"(arm failed: {exc.message})"
-                out.append(
-                    (name, grounding.repair(text, state, frozenset(self.tools.names())).answer)
-                )
-        finally:
-            self.answer_options, state.usage = kept, usage
-        return tuple(out)
-
     async def _write_back(self, state: AgentState) -> None:
         assert self.memory is not None
         evidence = [o.trace_id for o in state.observations if o.status == "ok"]
@@ -622,15 +586,6 @@ class Agent:
 
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-def _answer_call(message: dict[str, Any]) -> str | None:
-    """The ``answer`` of a `final_answer` call in an assistant message, if it has one."""
-    for c in message.get("tool_calls") or []:
-        if c["function"]["name"] == ANSWER_TOOL:
-            answer = _loads(c["function"]["arguments"]).get("answer")
-            return str(answer) if answer else None
-    return None
 
 
 def _model_error(exc: openai.APIError) -> AgentError:

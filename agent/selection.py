@@ -18,12 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agent.tools import loads_arguments
+
 __all__ = [
     "ANSWER_TOOL",
     "MORE_TOOLS",
     "RunTools",
     "SelectMode",
     "ToolSelection",
+    "answer_call",
     "answer_tool_spec",
     "more_tools_spec",
 ]
@@ -67,6 +70,15 @@ def more_tools_spec(hidden: int) -> dict[str, Any]:
     }
 
 
+def answer_call(message: dict[str, Any]) -> str | None:
+    """The ``answer`` of a `final_answer` call in an assistant message, if it has one."""
+    for c in message.get("tool_calls") or []:
+        if c["function"]["name"] == ANSWER_TOOL:
+            answer = loads_arguments(c["function"]["arguments"]).get("answer")
+            return str(answer) if answer else None
+    return None
+
+
 @dataclass
 class RunTools:
     """One run's selection state: whether ``more_tools`` has brought every tool back."""
@@ -76,28 +88,36 @@ class RunTools:
 
 @dataclass(frozen=True)
 class ToolSelection:
-    """How a run chooses its tools: ``given`` (the registry's order, all of them) or
-    ``ranked`` (by the endpoint, against the goal; ``top_k`` best only, with ``more_tools``)."""
+    """How a run offers its tools: ``given`` (the registry's order, all of them) or
+    ``ranked`` (by the endpoint, against the goal; ``top_k`` best only, with ``more_tools``);
+    ``no_repeat`` asks the server's grammar to refuse a call identical to one answered;
+    ``answer_tool`` offers `final_answer`."""
 
     mode: SelectMode = "given"
     top_k: int | None = None
+    no_repeat: bool = False
+    answer_tool: bool = False
 
-    def tools(self, tools: list[dict[str, Any]], run: RunTools) -> list[dict[str, Any]]:
-        """The step's tools: ``more_tools`` after them while some are held back."""
-        if self.mode == "ranked" and self.cuts(run, len(tools)):
-            return [*tools, more_tools_spec(len(tools) - (self.top_k or 0))]
-        return tools
-
-    def extension(
-        self, goal: str, run: RunTools, n: int, pinned: list[str]
-    ) -> dict[str, Any] | None:
-        """The step's ``loopstack.tool_rank`` for `n` tools: None when they go as given."""
-        if self.mode == "given" or n < 2:
-            return None
-        rank: dict[str, Any] = {"query": goal, "always": [MORE_TOOLS, *pinned]}
-        if self.cuts(run, n):
-            rank["top_k"] = self.top_k
-        return rank
+    def request(
+        self, own: list[dict[str, Any]], goal: str, run: RunTools, *, required: bool
+    ) -> dict[str, Any]:
+        """A step's ``tools``, ``tool_choice`` and ``loopstack`` fields for the run's own
+        (allowed) tools; nothing when there are none."""
+        ranked, cut = self.mode == "ranked" and len(own) > 1, self.cuts(run, len(own))
+        tools = [*own, more_tools_spec(len(own) - (self.top_k or 0))] if ranked and cut else own
+        if self.answer_tool and tools and not required:  # last: the cached prefix stays
+            tools = [*tools, answer_tool_spec()]
+        if not tools:
+            return {}
+        kw: dict[str, Any] = {"tools": tools, "tool_choice": "required" if required else "auto"}
+        ext: dict[str, Any] = {"no_repeat": True} if self.no_repeat else {}
+        if ranked:
+            ext["tool_rank"] = {"query": goal, "always": [MORE_TOOLS, ANSWER_TOOL]}
+            if cut:
+                ext["tool_rank"]["top_k"] = self.top_k
+        if ext:
+            kw["loopstack"] = ext
+        return kw
 
     def cuts(self, run: RunTools, n: int) -> bool:
         """Whether `n` tools are cut to the top k (hiding one behind another saves nothing)."""

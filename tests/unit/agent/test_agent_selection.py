@@ -105,7 +105,9 @@ async def test_top_k_offers_the_best_and_more_tools_brings_the_rest() -> None:
 
 async def test_no_repeat_is_asked_of_the_server_on_every_step_with_tools() -> None:
     model = ScriptedModel([call("get_weather", city="Paris"), text("18 degrees")])
-    await make(model, no_repeat=True, text_answers="accept").run("Weather in Paris?")
+    await make(model, selection=ToolSelection(no_repeat=True), text_answers="accept").run(
+        "Weather in Paris?"
+    )
     assert all(r["loopstack"] == {"no_repeat": True} for r in model.chat_requests)
     final = model.requests[-1]
     assert "tools" in final  # the answer came from a step, not from a forced request
@@ -117,7 +119,12 @@ async def test_the_answer_tool_ends_the_run_with_the_models_own_answer() -> None
     model = ScriptedModel(
         [call("get_weather", city="Paris"), call(ANSWER_TOOL, answer="18 degrees in Paris")]
     )
-    steps = [s async for s in make(model, answer_tool=True).steps("Weather in Paris?")]
+    steps = [
+        s
+        async for s in make(model, selection=ToolSelection(answer_tool=True)).steps(
+            "Weather in Paris?"
+        )
+    ]
     final = steps[-1]
     assert isinstance(final, FinalStep)
     assert (final.reason, final.answer, final.forced) == ("answer", "18 degrees in Paris", False)
@@ -136,7 +143,7 @@ async def test_an_answer_call_before_any_lookup_is_nudged_to_a_tool_first() -> N
             call(ANSWER_TOOL, answer="18"),
         ]
     )
-    result = await make(model, answer_tool=True).run("Weather in Paris?")
+    result = await make(model, selection=ToolSelection(answer_tool=True)).run("Weather in Paris?")
     assert result.answer == "18"
     nudged = model.chat_requests[1]
     assert nudged["tool_choice"] == "required" and ANSWER_TOOL not in names(nudged)
