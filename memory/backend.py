@@ -2,7 +2,7 @@
 
 Two ledgers implement it: :class:`memory.ledger.Ledger` (one SQLite file, the embedded
 default) and :class:`memory.pg_ledger.PgLedger` (one PostgreSQL database shared by many app
-servers). :func:`memory.store.open_ledger` picks one from a location: a path, or a
+servers). :func:`open_ledger` picks one from a location: a path, or a
 ``postgresql://`` URL.
 
 Both keep the same contract (the store, recall and trust suites under ``tests/unit/memory``
@@ -166,3 +166,15 @@ def group_by_user(rows: Sequence[tuple[Any, ...]], dim: int) -> Iterator[tuple[s
         ids = np.fromiter((i for i, _ in items), dtype=np.int64, count=len(items))
         vecs = np.frombuffer(b"".join(b for _, b in items), dtype=np.float32)
         yield user_id, ids, vecs.reshape(len(items), dim)
+
+
+def open_ledger(location: str | Path, *, allow_no_rls: bool = False) -> LedgerBackend:
+    """A SQLite ledger for a path, a Postgres ledger for a ``postgresql://`` URL (which
+    refuses a role that bypasses row-level security unless ``allow_no_rls``)."""
+    if is_url(location):
+        from memory.pg_ledger import PgLedger  # psycopg is only imported when used
+
+        return PgLedger(str(location), allow_no_rls=allow_no_rls)
+    from memory.ledger import Ledger
+
+    return Ledger(location)

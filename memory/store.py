@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from memory.backend import LedgerBackend, is_url, url_key
+from memory.backend import LedgerBackend, is_url, open_ledger, url_key
 from memory.config import MemorySettings, loopstack_home
 from memory.embedding import Embedder, Vectors, make_embedder
 from memory.exceptions import (
@@ -587,15 +587,3 @@ class AsyncMemoryStore:
             limit=limit,
             offset=offset,
         )
-
-
-def open_ledger(location: str | Path, *, allow_no_rls: bool = False) -> LedgerBackend:
-    """A SQLite ledger for a path, a Postgres ledger for a ``postgresql://`` URL (which
-    refuses a role that bypasses row-level security unless ``allow_no_rls``)."""
-    if is_url(location):
-        from memory.pg_ledger import PgLedger  # psycopg is only imported when used
-
-        return PgLedger(str(location), allow_no_rls=allow_no_rls)
-    from memory.ledger import Ledger
-
-    return Ledger(location)
