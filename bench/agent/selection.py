@@ -27,6 +27,8 @@ no-call and wrong-tool rates, prompt tokens, step latency; accuracy by the right
 position (first, middle or last third); the false-call rate per abstention arm. Identical
 requests are sent once (greedy decoding): ``ranked`` on a reversed list is the same request.
 Prints JSON lines and a final ``RESULT {...}`` line; ``--out`` keeps rows and summary.
+``--rank-only`` runs no model: the server's ranking on the same items (is its order the same
+for a given, reversed and shuffled list; the right tool's score; what a floor keeps).
 """
 
 from __future__ import annotations
@@ -329,6 +331,48 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
+    """No model: the server's ranking (`serving.tool_rank`, MiniLM) on the same items - is its
+    order the same whatever the input order, where does the right tool land, and what a
+    ``min_score`` floor keeps of the right tools and leaves of the abstention requests."""
+    from serving.embeddings import EmbeddingService
+    from serving.tool_rank import ToolRanker
+    from serving.tool_selection import ServerEmbedder
+
+    ranker = ToolRanker(ServerEmbedder(EmbeddingService("all-MiniLM-L6-v2")))
+    same = total = 0
+    first: dict[int, list[int]] = {}
+    right: list[float] = []
+    for size in args.sizes:
+        for item in selection_items(args.items, size, args.seed):
+            orders = []
+            for arm in ("given", "reversed", "shuffled"):
+                tools, _ = arm_request(item, arm, args.seed, None)
+                orders.append([r.name for r in await ranker.rank(item.prompt, tools)])
+            total += 1
+            same += all(o == orders[0] for o in orders)
+            first.setdefault(size, [0, 0])[0] += orders[0][0] == item.right
+            first[size][1] += 1
+            ranking = await ranker.rank(item.prompt, list(item.tools))
+            right.append(next(r.score for r in ranking if r.name == item.right))
+    best = [(await ranker.rank(i.prompt, list(i.tools)))[0].score for i in abstention_items()]
+    right.sort()
+    return {
+        "same_order_for_given_reversed_shuffled": f"{same}/{total}",
+        "right_tool_first": {str(k): f"{a}/{b}" for k, (a, b) in first.items()},
+        "right_tool_score_quantiles": {
+            str(q): round(right[int(q * (len(right) - 1))], 3) for q in (0.01, 0.02, 0.05, 0.5)
+        },
+        "floor": {
+            str(f): {
+                "right_kept": round(sum(x >= f for x in right) / len(right), 3),
+                "abstention_left_without_tools": round(sum(b < f for b in best) / len(best), 3),
+            }
+            for f in (0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
@@ -343,7 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--rank-only", action="store_true", help="no model: the ranking's order and floor"
+    )
     args = ap.parse_args(argv)
+    if args.rank_only:
+        print("RESULT " + json.dumps(asyncio.run(rank_only(args))))
+        return 0
     for arm in args.arms:
         if arm not in ARMS:
             ap.error(f"unknown arm {arm!r}: {', '.join(ARMS)}")

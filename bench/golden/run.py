@@ -325,7 +325,16 @@ def summarize(results: list[TaskResult]) -> dict[str, Any]:
         "wall_s": round(max((r.elapsed_s for r in results), default=0.0), 1),
         "plan": os.environ.get("LOOPSTACK_AGENT_PLAN", "never"),
         "cost_per_task": cost_per_task(results),
+        "cache_hit_rate": cache_hit_rate(results),
     }
+
+
+def cache_hit_rate(results: list[TaskResult]) -> float | None:
+    """Cached prompt tokens over prompt tokens, summed over the checked sessions' cost."""
+    costs = [r.cost for r in results if r.cost]
+    prompt = sum(float(c.get("prompt_tokens") or 0) for c in costs)
+    cached = sum(float(c.get("cached_prompt_tokens") or 0) for c in costs)
+    return round(cached / prompt, 3) if prompt else None
 
 
 def cost_per_task(results: list[TaskResult]) -> dict[str, float] | None:
@@ -364,7 +373,8 @@ def markdown(results: list[TaskResult], summary: dict[str, Any]) -> str:
         f"by category "
         f"{summary['by_category']}; mean steps {summary['mean_steps']}, "
         f"{summary['model_calls']} model requests, tokens {summary['prompt_tokens']} prompt + "
-        f"{summary['completion_tokens']} completion, {summary['tool_calls']} tool calls, "
+        f"{summary['completion_tokens']} completion (prompt-cache hit "
+        f"{summary['cache_hit_rate']}), {summary['tool_calls']} tool calls, "
         f"{summary['tool_errors']} tool errors; statuses {summary['statuses']}.",
         "",
         "| task | category | pass | status (reason) | answered by | steps | tool calls run "
