@@ -20,6 +20,7 @@ leaves that side open (`constraint.py`) and the final validation still checks it
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -245,13 +246,16 @@ def repair_schema(schema: Any) -> tuple[Any, list[str]]:
     fit**: ``type`` becomes the types of the values. Anything else is left to
     `check_schema_limits` (an empty enum has no reading: 400). The schema is copied only when
     something changes; the repaired one is what is constrained and validated."""
-    if not isinstance(schema, dict):
-        return schema, []
-    import copy
-
-    notes: list[str] = []
+    if not isinstance(schema, dict) or not _repair_walk(schema, fix=False):
+        return schema, []  # the common case: nothing copied
     out = copy.deepcopy(schema)
-    stack: list[tuple[Any, str]] = [(out, "")]
+    return out, sorted(_repair_walk(out, fix=True))
+
+
+def _repair_walk(schema: dict[str, Any], *, fix: bool) -> list[str]:
+    """What `repair_schema` repairs in `schema` (in place when `fix`)."""
+    notes: list[str] = []
+    stack: list[tuple[Any, str]] = [(schema, "")]
     while stack:
         node, path = stack.pop()
         if not isinstance(node, dict):
@@ -262,8 +266,10 @@ def repair_schema(schema: Any) -> tuple[Any, list[str]]:
             values = [node["const"]]
         if values and isinstance(kind, str | list) and not any(fits_type(v, kind) for v in values):
             types = sorted({_type_of(v) for v in values})
-            node["type"] = types[0] if len(types) == 1 else types
-            notes.append(f"{path or '/'}: type {kind} -> {node['type']} (its enum's values)")
+            new = types[0] if len(types) == 1 else types
+            notes.append(f"{path or '/'}: type {kind} -> {new} (its enum's values)")
+            if fix:
+                node["type"] = new
         for key in _MAPS:
             sub = node.get(key)
             if isinstance(sub, dict):
@@ -274,4 +280,4 @@ def repair_schema(schema: Any) -> tuple[Any, list[str]]:
             sub = node.get(key)
             if isinstance(sub, list):
                 stack.extend((v, f"{path}/{key}/{i}") for i, v in enumerate(sub))
-    return (out, sorted(notes)) if notes else (schema, [])
+    return notes
