@@ -105,12 +105,26 @@ def agents(
         False, help="Also run vllm bench serve + the cross-check into the same report."
     ),
     tokenizer: str | None = typer.Option(None, help="For --requests (default: found)."),
+    tool_latency: str | None = typer.Option(
+        None,
+        help="Every tool's latency: fixed:S | uniform:LO,HI | lognormal:MEDIAN[,SIGMA"
+        "[,MAX]] | replay:TRACE (default: the scenario's).",
+    ),
+    holdout: str | None = typer.Option(
+        None,
+        help="Levels to hold out: fit the replica model on the others, report its "
+        "error on these and plan with it (e.g. 8,12).",
+    ),
+    slo_p95_task_s: float | None = typer.Option(None, help="SLO on whole tasks (p95 s)."),
+    prewarm: bool = typer.Option(
+        False, help="First, one unmeasured agent runs every task once: every level warm."
+    ),
 ) -> None:
     """Closed-loop (or open-loop) agent load sweep, report and plan."""
     from bench.load.report import write_report
     from bench.load.result import summary_line
     from bench.load.runner import SweepConfig, build_arms, run_sweep
-    from bench.load.scenario import load_scenario
+    from bench.load.scenario import load_scenario, with_tool_latency
     from bench.load.target import TargetConfig
 
     for choice in (tool_choice, baseline_tool_choice):
@@ -118,6 +132,8 @@ def agents(
             raise typer.BadParameter(f"tool_choice must be none|auto|required|named: {choice}")
     try:
         sc = load_scenario(scenario)
+        if tool_latency:
+            sc = with_tool_latency(sc, tool_latency)
     except BenchError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -142,6 +158,7 @@ def agents(
         min_goodput=min_goodput,
         plan_agents=plan_agents,
         compare_unconstrained=compare_unconstrained,
+        prewarm=prewarm,
     )
     if mode == "closed" and any(v != int(v) for v in cfg.levels):
         raise typer.BadParameter("--agents must be whole numbers")
@@ -166,10 +183,27 @@ def agents(
     except BenchError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    model_lines: list[str] = []
+    if holdout and mode == "closed":
+        from bench.load.modelled import ModelPlanOptions, model_plan
+
+        opts = ModelPlanOptions(
+            fit=None,
+            holdout=[int(x) for x in _floats(holdout)],
+            agents=plan_agents,
+            slo_p95_step_s=slo_p95_step_s,
+            slo_p95_task_s=slo_p95_task_s,
+        )
+        try:
+            model_lines = model_plan(result, opts)
+        except BenchError as exc:
+            model_lines = [f"modelled plan: n/a ({exc})"]
     paths = write_report(result, out)
     _print_levels(result)
     if result.plan:
         _print_plan(result.plan)
+    for line in model_lines:
+        typer.echo(line)
     for p in paths:
         typer.echo(f"wrote {p}")
     typer.echo(summary_line(result))
@@ -327,8 +361,39 @@ def plan(
     replica_cost_per_hour: float | None = typer.Option(
         None, min=0, help="Price of one replica-hour: prints what 1,000 tasks cost."
     ),
+    fit: str | None = typer.Option(
+        None,
+        help="Fit the replica model on these levels (e.g. 1,4,16); default: all but --holdout.",
+    ),
+    holdout: str | None = typer.Option(
+        None, help="Levels the model does not see; their prediction error is reported."
+    ),
+    slo_p95_task_s: float | None = typer.Option(None, help="SLO on whole tasks: p95 task time."),
+    tool_latency: str | None = typer.Option(
+        None,
+        help="Tool latency for the plan: lognormal:MEDIAN[,SIGMA[,MAX]] | fixed:S | "
+        "uniform:LO,HI | replay:TRACE (default: the run's scenario).",
+    ),
+    context_growth: int | None = typer.Option(
+        None, min=0, help="Prompt tokens each step adds (default: as measured)."
+    ),
+    hit_rate: float | None = typer.Option(
+        None, min=0, max=1, help="Prefix-cache token hit rate (default: as measured)."
+    ),
+    replicas_check: str | None = typer.Option(
+        None, help="Predict RxN pairs, e.g. 2x8 (2 replicas, 8 agents)."
+    ),
+    measured_replicas: Path | None = typer.Option(
+        None,
+        exists=True,
+        help="result.json of a run against R replicas behind a router; "
+        "compared with the prediction (needs --replicas).",
+    ),
+    replicas: int = typer.Option(2, min=1, help="Replicas behind --measured-replicas."),
+    out: Path | None = typer.Option(None, help="Write the report here (default: no files)."),
 ) -> None:
-    """Recompute the plan from a saved result for another N or SLO (no new load)."""
+    """Recompute the plan from a saved result for another N or SLO (no new load); with
+    --fit/--holdout, fit the replica model, check it on the held-out levels and plan with it."""
     from bench.load.result import load_result, make_plan
 
     try:
@@ -342,6 +407,43 @@ def plan(
     p = make_plan(result, agents, slo_p95_step_s, min_goodput, arm, replica_cost_per_hour)
     _print_plan(p)
     typer.echo(p.line())
+    if fit or holdout:
+        from bench.load.modelled import ModelPlanOptions, model_plan
+
+        opts = ModelPlanOptions(
+            fit=[int(x) for x in _floats(fit)] if fit else None,
+            holdout=[int(x) for x in _floats(holdout)] if holdout else [],
+            agents=agents,
+            slo_p95_step_s=slo_p95_step_s,
+            slo_p95_task_s=slo_p95_task_s,
+            tool_latency=tool_latency,
+            context_growth=context_growth,
+            hit_rate=hit_rate,
+            replica_checks=_pairs(replicas_check),
+            arm=arm,
+        )
+        try:
+            lines = model_plan(result, opts, measured_replicas, replicas)
+        except BenchError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        for line in lines:
+            typer.echo(line)
+    result.plan = p
+    if out:
+        from bench.load.report import write_report
+
+        for path in write_report(result, out):
+            typer.echo(f"wrote {path}")
+
+
+def _pairs(spec: str | None) -> list[tuple[int, int]]:
+    pairs = []
+    for part in (spec or "").split(","):
+        if part.strip():
+            r, _, n = part.strip().partition("x")
+            pairs.append((int(r), int(n)))
+    return pairs
 
 
 def _print_levels(result: object) -> None:

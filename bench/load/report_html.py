@@ -114,6 +114,8 @@ def render_html(result: RunResult, plots: list[Path]) -> str:
             + "".join(f"<li>{h(a)}</li>" for a in p.assumptions + p.notes)
             + "</ul>",
         ]
+    if result.validation or result.capacity:
+        parts += _model_html(result)
     if result.requests:
         parts += ["<h2>Request level: vllm bench serve</h2>", _requests_html(result.requests)]
     if result.notes:
@@ -140,3 +142,56 @@ def _requests_html(req: dict[str, Any]) -> str:
         out.append("<p>Cross-check (ours / vllm bench serve):</p>")
         out.append(_table(["figure", "value"], [[k, v] for k, v in req["comparison"].items()]))
     return "\n".join(out)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1%}"
+
+
+WORST = (("p95_s", "p95 step"), ("steps_per_s", "steps/s"), ("p50_s", "p50 step"))
+
+
+def _model_html(result: RunResult) -> list[str]:
+    """The modelled plan with its measured error and every assumption it makes."""
+    h = html.escape
+    parts = ["<h2 id='modelled-plan'>Modelled plan, checked against measurement</h2>"]
+    v = result.validation
+    if v:
+        worst = [f"{label} {_pct(w)}" for what, label in WORST if (w := v.worst(what)) is not None]
+        parts += [
+            f"<p><b>Measured prediction error on held-out levels {h(str(v.holdout_levels))}: "
+            f"{h(', '.join(worst) or 'no held-out level')}</b> (worst absolute error; the model "
+            f"was fitted on {h(str(v.fit_levels))} agents, RMS fit error {v.fit_error:.1%}).</p>",
+            _table(
+                ["agents", "role", "warm steps", "p50 s measured", "p50 s predicted", "error",
+                 "p95 s measured", "p95 s predicted", "error", "steps/s measured",
+                 "steps/s predicted", "error", "task p95 s measured", "task p95 s predicted"],
+                [
+                    [r.agents, r.role, r.warm_steps, r.measured_p50_s, r.predicted_p50_s,
+                     _pct(r.error("p50_s")), r.measured_p95_s, r.predicted_p95_s,
+                     _pct(r.error("p95_s")), r.measured_steps_per_s, r.predicted_steps_per_s,
+                     _pct(r.error("steps_per_s")), r.measured_task_p95_s, r.predicted_task_p95_s]
+                    for r in v.rows
+                ],
+            ),
+        ]  # fmt: skip
+    c = result.capacity
+    if c:
+        lines = c.lines()
+        parts += [
+            f"<p><b>{h(lines[0])}</b></p>",
+            "<ul>" + "".join(f"<li>{h(x.strip())}</li>" for x in lines[1:]) + "</ul>",
+            _table(
+                ["agents per replica", "p50 step s", "p95 step s", "p95 task s", "steps/s",
+                 "meets SLO"],
+                [[p.agents, p.p50_step_s, p.p95_step_s, p.p95_task_s, p.steps_per_s, p.meets]
+                 for p in c.points],
+            ),
+        ]  # fmt: skip
+    if v:
+        parts.append(
+            "<p>The model assumes:</p><ul>"
+            + "".join(f"<li>{h(a)}</li>" for a in v.assumptions)
+            + "</ul>"
+        )
+    return parts

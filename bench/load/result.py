@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from bench.load.capacity import CapacityPlan
+from bench.load.holdout import Validation
 from bench.load.metrics import LevelSummary, StepRecord, TaskRecord
 from bench.load.plan import Plan, PlanLevel, compute_plan, default_assumptions
 
@@ -58,6 +60,8 @@ class RunResult:
     plan: Plan | None = None
     requests: JSON | None = None  # vllm bench serve figures and the cross-check
     notes: list[str] = field(default_factory=list)
+    validation: Validation | None = None  # the replica model against held-out levels
+    capacity: CapacityPlan | None = None  # the modelled plan (bench plan --fit ...)
 
     def arms(self) -> list[str]:
         seen: list[str] = []

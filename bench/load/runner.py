@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rich.console import Console
@@ -51,6 +51,7 @@ class SweepConfig:
     min_goodput: float | None = None
     plan_agents: int = 100
     compare_unconstrained: bool = False
+    prewarm: bool = False  # one unmeasured agent runs every task once first (schemas warm)
     extra: JSON = field(default_factory=dict)
 
     def public(self) -> JSON:
@@ -117,6 +118,14 @@ async def run_sweep(
             console=console,
             transient=False,
         ) as progress:
+            if cfg.prewarm and cfg.mode == "closed":
+                warm_cfg = replace(cfg, tasks_per_agent=len(scenario.tasks))
+                for target in targets:
+                    lv = await _run_level(target, scenario, warm_cfg, 1, nonce, schemas, progress)
+                    result.notes.append(
+                        f"prewarm ({target.name}): {lv.summary.steps} steps of one agent over "
+                        f"every task, {lv.summary.cold_steps} of them cold, not counted"
+                    )
             for i, level in enumerate(cfg.levels):
                 order = targets[i % len(targets) :] + targets[: i % len(targets)]
                 stop = False

@@ -302,6 +302,39 @@ def parse_scenario(data: Any, where: str = "scenario") -> Scenario:
         raise ScenarioError(f"{where}: {exc}") from exc
 
 
+def parse_distribution(spec: str) -> Fixed | Uniform | LogNormal | Replay:
+    """A latency from a flag: ``fixed:S``, ``uniform:LOW,HIGH``, ``lognormal:MEDIAN[,SIGMA
+    [,MAX]]`` or ``replay:TRACE[,TRACE...]`` (agent trace files or globs)."""
+    kind, _, rest = spec.partition(":")
+    parts = [p.strip() for p in rest.split(",") if p.strip()]
+    try:
+        if kind == "replay":
+            return Replay(traces=parts)
+        nums = [float(p) for p in parts]
+        if kind == "fixed" and len(nums) == 1:
+            return Fixed(value=nums[0])
+        if kind == "uniform" and len(nums) == 2:
+            return Uniform(low=nums[0], high=nums[1])
+        if kind == "lognormal" and 1 <= len(nums) <= 3:
+            return LogNormal(
+                median=nums[0],
+                sigma=nums[1] if len(nums) > 1 else 0.5,
+                max=nums[2] if len(nums) > 2 else None,
+            )
+    except (ValueError, ValidationError) as exc:
+        raise ScenarioError(f"bad latency {spec!r}: {exc}") from exc
+    raise ScenarioError(
+        f"bad latency {spec!r}: want fixed:S, uniform:LOW,HIGH, lognormal:MEDIAN[,SIGMA[,MAX]]"
+        " or replay:TRACE[,TRACE]"
+    )
+
+
+def with_tool_latency(scenario: Scenario, spec: str) -> Scenario:
+    """The scenario with every tool's latency replaced by one distribution (a flag)."""
+    dist = parse_distribution(spec)
+    return scenario.model_copy(update={"tool_latency": ToolLatency(default=dist)})
+
+
 class ToolSimulator:
     """Latency and result text of simulated tools, seeded per agent."""
 

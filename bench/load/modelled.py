@@ -1,0 +1,119 @@
+"""`bench plan --fit ... --holdout ...`: fit the replica model on a saved sweep, check it on
+the levels it did not see, and plan with it under the inputs the user gives (tool latency,
+context growth, hit rate), optionally against a run on several replicas.
+
+It fills ``RunResult.validation`` and ``RunResult.capacity`` so the JSON and HTML reports
+carry the measured error next to the plan, and returns the lines the command prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from bench.load import BenchError
+from bench.load.capacity import capacity_plan, token_hit_rate
+from bench.load.holdout import MixtureSampler, validate, workload_factory
+from bench.load.result import RunResult, load_result
+from bench.load.scenario import ToolLatency, parse_distribution
+from bench.load.simulate import StepShape, Workload
+
+
+@dataclass
+class ModelPlanOptions:
+    fit: list[int] | None  # None: every level not held out
+    holdout: list[int]
+    agents: int
+    slo_p95_step_s: float
+    slo_p95_task_s: float | None = None
+    tool_latency: str | None = None
+    context_growth: int | None = None
+    hit_rate: float | None = None
+    replica_checks: list[tuple[int, int]] = field(default_factory=list)
+    arm: str = "ours"
+
+
+def regrow(shapes: list[list[StepShape]], tokens: int) -> list[list[StepShape]]:
+    """Step j's prompt = the first step's + j x ``tokens``, its cached share kept."""
+    out = []
+    for j, step in enumerate(shapes):
+        row = []
+        for k, s in enumerate(step):
+            base = shapes[0][k % len(shapes[0])].prompt
+            prompt = base + j * tokens
+            share = s.cached / s.prompt if s.prompt else 0.0
+            row.append(StepShape(prompt, round(prompt * share), s.completion))
+        out.append(row)
+    return out
+
+
+def model_plan(
+    result: RunResult,
+    opts: ModelPlanOptions,
+    measured_replicas: Path | None = None,
+    replicas: int = 2,
+) -> list[str]:
+    levels = sorted({int(s.level) for s in result.summaries(opts.arm)})
+    fit = opts.fit or [n for n in levels if n not in opts.holdout]
+    val, fitted, make = validate(result, fit, opts.holdout, opts.arm)
+    result.validation = val
+    shapes = make(1).shapes
+    measured_hit = token_hit_rate(shapes)
+    inputs = [f"replica model: {fitted.model.describe()}"]
+    tool = make(1).tool
+    if opts.tool_latency:
+        dist = parse_distribution(opts.tool_latency)
+        tool = MixtureSampler(ToolLatency(default=dist), [])
+        inputs.append(f"tool latency {opts.tool_latency} (mean {tool.mean():.2f} s)")
+    else:
+        inputs.append(f"tool latency as in the run's scenario (mean {tool.mean():.2f} s)")
+    if opts.context_growth is not None:
+        shapes = regrow(shapes, opts.context_growth)
+        inputs.append(f"context growth {opts.context_growth} prompt tokens per step")
+    else:
+        growth = [sum(s.prompt for s in st) / len(st) for st in shapes]
+        inputs.append(
+            "context growth as measured: mean prompt tokens by step "
+            + " -> ".join(f"{g:.0f}" for g in growth)
+        )
+    hit = opts.hit_rate if opts.hit_rate is not None else measured_hit
+    inputs.append(
+        f"prefix-cache hit rate {hit:.0%} ({'given' if opts.hit_rate is not None else 'measured'}"
+        ", tokens served from cache / prompt tokens)"
+        if hit is not None
+        else "prefix-cache hit rate: not reported by the endpoint"
+    )
+    base = workload_factory(shapes, tool, make(1).tasks_per_agent)
+
+    def make_plan_wl(n: int) -> Workload:
+        wl = base(n)
+        return replace(wl, hit_rate=opts.hit_rate) if opts.hit_rate is not None else wl
+
+    checks = list(opts.replica_checks)
+    other: RunResult | None = None
+    if measured_replicas is not None:
+        try:
+            other = load_result(measured_replicas)
+        except Exception as exc:
+            raise BenchError(f"cannot read {measured_replicas}: {exc}") from exc
+        checks += [(replicas, int(s.level)) for s in other.summaries(opts.arm)]
+    cap = capacity_plan(
+        fitted.model,
+        make_plan_wl,
+        opts.agents,
+        opts.slo_p95_step_s,
+        opts.slo_p95_task_s,
+        hit,
+        inputs,
+        replica_checks=checks,
+    )
+    if other is not None:
+        measured = {int(s.level): s for s in other.summaries(opts.arm)}
+        for rp in cap.replica_predictions:
+            s = measured.get(rp.agents)
+            if rp.replicas == replicas and s is not None:
+                rp.measured_steps_per_s = s.steps_per_s
+                rp.measured_p50_step_s = s.step_latency.p50
+                rp.measured_p95_step_s = s.step_latency.p95
+    result.capacity = cap
+    return [*val.lines(), *cap.lines()]
