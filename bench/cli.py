@@ -352,6 +352,47 @@ def crosscheck_lines(req: dict[str, Any]) -> list[str]:
 
 
 @app.command()
+def pauses(
+    base_url: str = typer.Option(DEFAULT_URL, help="OpenAI-compatible base URL (…/v1)."),
+    api_key: str | None = typer.Option(None, help="API key (default: $LOOPSTACK_API_KEY)."),
+    model: str | None = typer.Option(None, help="Model (default: first of /v1/models)."),
+    pauses: str = typer.Option("0.1,1,10", help="Tool pauses (s), comma-separated."),
+    agents: str = typer.Option("1,4,16", help="Concurrent agents per level."),
+    tasks_per_agent: int = typer.Option(1, min=1),
+    scenario: Path | None = typer.Option(None, help="Scenario YAML/JSON (default: shipped)."),
+    max_level_s: float = typer.Option(600.0),
+    out: Path = typer.Option(Path("bench/results/pauses.json"), help="JSON table."),
+) -> None:
+    """Prefix-cache hit rate, step latency and TTFT against the tool pause, per agent count."""
+    from bench.common import print_table
+    from bench.load.pauses import kv_cache_tokens, run_pauses, save_rows, table
+    from bench.load.scenario import load_scenario
+    from bench.load.target import TargetConfig
+
+    target = TargetConfig("ours", base_url, _key(api_key), model)
+    try:
+        sc = load_scenario(scenario)
+        kv = asyncio.run(kv_cache_tokens(target))
+        rows = asyncio.run(
+            run_pauses(
+                target,
+                sc,
+                _floats(pauses),
+                [int(a) for a in _floats(agents)],
+                tasks_per_agent,
+                max_level_s,
+            )
+        )
+    except BenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    save_rows(rows, kv, out)
+    head, body = table(rows)
+    print_table(head, body)
+    typer.echo(f"KV cache: {kv if kv is not None else 'not reported'} tokens; wrote {out}")
+
+
+@app.command()
 def plan(
     result_json: Path = typer.Argument(..., exists=True, help="result.json of an agents run."),
     agents: int = typer.Option(..., min=1, help="N: agents to serve."),
@@ -383,11 +424,10 @@ def plan(
     replicas_check: str | None = typer.Option(
         None, help="Predict RxN pairs, e.g. 2x8 (2 replicas, 8 agents)."
     ),
-    measured_replicas: Path | None = typer.Option(
+    measured_replicas: str | None = typer.Option(
         None,
-        exists=True,
-        help="result.json of a run against R replicas behind a router; "
-        "compared with the prediction (needs --replicas).",
+        help="result.json of a run against R replicas behind a router, or one per replica "
+        "(comma-separated, run side by side, agents pinned): compared with the prediction.",
     ),
     replicas: int = typer.Option(2, min=1, help="Replicas behind --measured-replicas."),
     out: Path | None = typer.Option(None, help="Write the report here (default: no files)."),
@@ -423,7 +463,8 @@ def plan(
             arm=arm,
         )
         try:
-            lines = model_plan(result, opts, measured_replicas, replicas)
+            paths = [Path(x) for x in measured_replicas.split(",")] if measured_replicas else []
+            lines = model_plan(result, opts, paths, replicas)
         except BenchError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc

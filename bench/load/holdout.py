@@ -219,8 +219,10 @@ def validate(
         "one replica = one vLLM engine; each scheduler iteration costs a fixed part, a part "
         "per decoding sequence and a part per uncached prompt token (chunked prefill, "
         f"budget {m.token_budget} tokens); fitted: {m.describe()}",
-        "per-token prefill and per-iteration costs from vLLM's request histograms at "
-        f"{min(fit)} agent(s); the fixed/per-sequence split fitted on {sorted(fit)}",
+        "one iteration (decode time per token) and the prefill time from vLLM's request "
+        f"histograms at {min(fit)} agent(s); fitted on {sorted(fit)}: the per-sequence share "
+        f"of an iteration ({fitted.split:.2f}) and the per-token share of that prefill time "
+        f"({fitted.prefill_share:.2f}; the rest is per-request latency outside the worker)",
         "each step's prompt, cached and completion tokens drawn from the fit levels' steps "
         f"of the same index ({sum(len(s) for s in shapes)} steps, {len(shapes)} step indices):"
         " context growth and the prefix-cache hit rate as measured",

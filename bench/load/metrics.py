@@ -312,3 +312,21 @@ def engine_delta(before: str | None, after: str | None) -> dict[str, float | Non
         out[key] = ((s1 or 0) - (s0 or 0)) / ((c1 or 0) - (c0 or 0))
         out["requests"] = (c1 or 0) - (c0 or 0)
     return out
+
+
+_LABEL_RE = re.compile(r'(\w+)="([^"]*)"')
+
+
+def prom_labels_value(text: str, name: str, label: str) -> float | None:
+    """A numeric label of an info gauge (``vllm:cache_config_info{block_size="128"...}``)."""
+    for line in text.splitlines():
+        m = _SAMPLE_RE.match(line)
+        if not m or m.group(1) != name or not m.group(2):
+            continue
+        for key, value in _LABEL_RE.findall(m.group(2)):
+            if key == label:
+                try:
+                    return float(value)
+                except ValueError:
+                    return None
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bench.common import percentile
 from bench.load import BenchError
 from bench.load.capacity import capacity_plan, token_hit_rate
 from bench.load.holdout import MixtureSampler, validate, workload_factory
@@ -47,10 +48,50 @@ def regrow(shapes: list[list[StepShape]], tokens: int) -> list[list[StepShape]]:
     return out
 
 
+@dataclass
+class Measured:
+    """One level of a run on several replicas: pooled over one file per replica, or one
+    file against all of them behind a router."""
+
+    agents: int
+    steps_per_s: float | None
+    p50_s: float | None
+    p95_s: float | None
+
+
+def pooled(paths: list[Path], arm: str = "ours") -> list[Measured]:
+    """Levels by position: agents and steps/s add up, warm latencies are pooled."""
+    runs = []
+    for p in paths:
+        try:
+            runs.append(load_result(p))
+        except Exception as exc:
+            raise BenchError(f"cannot read {p}: {exc}") from exc
+    by_run = [
+        sorted((lv for lv in r.levels if lv.summary.arm == arm), key=lambda lv: lv.summary.level)
+        for r in runs
+    ]
+    out = []
+    for group in zip(*by_run, strict=False):
+        lat = [
+            x.latency_s for lv in group for x in lv.steps if x.ok and not x.cold and not x.warmup
+        ]
+        rates = [lv.summary.steps_per_s for lv in group]
+        out.append(
+            Measured(
+                agents=sum(int(lv.summary.level) for lv in group),
+                steps_per_s=sum(r for r in rates if r) if all(rates) else None,
+                p50_s=percentile(lat, 50) if lat else None,
+                p95_s=percentile(lat, 95) if lat else None,
+            )
+        )
+    return out
+
+
 def model_plan(
     result: RunResult,
     opts: ModelPlanOptions,
-    measured_replicas: Path | None = None,
+    measured_replicas: list[Path] | None = None,
     replicas: int = 2,
 ) -> list[str]:
     levels = sorted({int(s.level) for s in result.summaries(opts.arm)})
@@ -90,13 +131,8 @@ def model_plan(
         return replace(wl, hit_rate=opts.hit_rate) if opts.hit_rate is not None else wl
 
     checks = list(opts.replica_checks)
-    other: RunResult | None = None
-    if measured_replicas is not None:
-        try:
-            other = load_result(measured_replicas)
-        except Exception as exc:
-            raise BenchError(f"cannot read {measured_replicas}: {exc}") from exc
-        checks += [(replicas, int(s.level)) for s in other.summaries(opts.arm)]
+    measured = pooled(measured_replicas, opts.arm) if measured_replicas else []
+    checks += [(replicas, m.agents) for m in measured]
     cap = capacity_plan(
         fitted.model,
         make_plan_wl,
@@ -107,13 +143,12 @@ def model_plan(
         inputs,
         replica_checks=checks,
     )
-    if other is not None:
-        measured = {int(s.level): s for s in other.summaries(opts.arm)}
-        for rp in cap.replica_predictions:
-            s = measured.get(rp.agents)
-            if rp.replicas == replicas and s is not None:
-                rp.measured_steps_per_s = s.steps_per_s
-                rp.measured_p50_step_s = s.step_latency.p50
-                rp.measured_p95_step_s = s.step_latency.p95
+    by_agents = {m.agents: m for m in measured}
+    for rp in cap.replica_predictions:
+        got = by_agents.get(rp.agents)
+        if rp.replicas == replicas and got is not None:
+            rp.measured_steps_per_s = got.steps_per_s
+            rp.measured_p50_step_s = got.p50_s
+            rp.measured_p95_step_s = got.p95_s
     result.capacity = cap
     return [*val.lines(), *cap.lines()]

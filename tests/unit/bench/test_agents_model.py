@@ -296,12 +296,12 @@ def test_plan_command_checks_holdout_and_writes_the_report(tmp_path: Path) -> No
     r = CliRunner().invoke(app, [
         "plan", str(src), "--agents", "40", "--slo-p95-step-s", "5", "--fit", "1,4,16",
         "--holdout", "8", "--slo-p95-task-s", "30", "--tool-latency", "lognormal:0.5,0.4",
-        "--measured-replicas", str(two), "--replicas", "2", "--out", str(out),
+        "--measured-replicas", f"{two},{two}", "--replicas", "2", "--out", str(out),
     ])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "holdout   8 agents" in r.output and "worst held-out error on p95 step" in r.output
     assert "modelled plan:" in r.output and "half the prefix-cache misses" in r.output
-    assert "2 replica(s), 8 agents ([4, 4])" in r.output and "error" in r.output
+    assert "2 replica(s), 16 agents ([8, 8])" in r.output and "error" in r.output
     saved = load_result(out / "result.json")
     assert saved.validation is not None and saved.validation.holdout_levels == [8]
     assert saved.capacity is not None and saved.capacity.slo_p95_task_s == 30
@@ -324,3 +324,37 @@ def test_level_summary_fields_used_by_the_fit_exist() -> None:
     # the fit reads these LevelSummary fields of saved results
     names = LevelSummary.__dataclass_fields__
     assert {"engine", "step_latency", "steps_per_s", "task_latency", "warm_steps"} <= set(names)
+
+
+# --- the pause sweep ----------------------------------------------------------------------
+
+
+def test_pause_sweep_tabulates_hit_rate_per_pause_and_level(tmp_path: Path) -> None:
+    import asyncio
+
+    from bench.load.metrics import prom_labels_value
+    from bench.load.pauses import kv_cache_tokens, run_pauses, save_rows, table
+    from bench.load.scenario import parse_scenario
+    from bench.load.target import TargetConfig
+    from tests.unit.bench.test_agents_harness import SCENARIO, FakeServer, httpx
+
+    server = FakeServer()
+    def http() -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.MockTransport(server))
+
+    target = TargetConfig("ours", "http://fake/v1", "k")
+    rows = asyncio.run(
+        run_pauses(target, parse_scenario(SCENARIO), [0.01, 0.05], [1, 2], http_factory=http)
+    )
+    assert [(r.pause_s, r.agents) for r in rows] == [(0.01, 1), (0.01, 2), (0.05, 1), (0.05, 2)]
+    assert all(r.hit_rate == pytest.approx(0.25) for r in rows)  # the fake's counters
+    assert all(r.steps == 3 * r.agents for r in rows)  # one three-step task per agent
+    head, body = table(rows)
+    assert len(body) == 4 and body[0][3] == "0.25" and "hit rate (vLLM)" in head
+    assert asyncio.run(kv_cache_tokens(target, http())) is None  # the fake has no info gauge
+    save_rows(rows, 1234, tmp_path / "p.json")
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["kv_cache_tokens"] == 1234 and len(saved["rows"]) == 4
+    info = 'vllm:cache_config_info{block_size="128",kv_cache_size_tokens="174720"} 1.0'
+    assert prom_labels_value(info, "vllm:cache_config_info", "kv_cache_size_tokens") == 174720
+    assert prom_labels_value(info, "vllm:cache_config_info", "nothing") is None
