@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from memory.backend import LedgerBackend, is_url, open_ledger, url_key
 from memory.config import MemorySettings, loopstack_home
 from memory.embedding import Embedder, Vectors, make_embedder
 from memory.exceptions import (
@@ -37,6 +36,8 @@ from memory.exceptions import (
 )
 from memory.execution import execute
 from memory.index import ShardedIndex
+from memory.ledger.backend import LedgerBackend, is_url, open_ledger, url_key
+from memory.ledger.common import NewRecord
 from memory.llm import ModelClient
 from memory.reader import RecallMode, RecallReader
 from memory.records import (
@@ -51,7 +52,6 @@ from memory.records import (
     WriteResult,
 )
 from memory.replica import IndexReplica
-from memory.schema import NewRecord
 from memory.trust import USER_CONFIRMED
 from memory.writeback import fingerprint, only_redactions, plan_turn, redact, redact_turn
 from memory.writer import OnConflict, RecordWriter
