@@ -67,7 +67,8 @@ _WRITE_BACK_OWNER: contextvars.ContextVar[AsyncMemoryStore | None] = contextvars
 
 
 class AsyncMemoryStore:
-    """Long-term memory for many users in one ledger file. See docs/memory.md."""
+    """Long-term memory for many users in one ledger: a SQLite file, or one Postgres database
+    that many app servers share. See docs/memory.md."""
 
     def __init__(
         self,
@@ -81,7 +82,7 @@ class AsyncMemoryStore:
         where = path if path is not None else self.settings.location()
         #: ``postgresql://...`` for a shared Postgres ledger, else None (a SQLite file).
         self.url: str | None = str(where) if is_url(where) else None
-        #: The ledger file, or for Postgres the local base name of this server's replica.
+        #: The SQLite ledger file, or for Postgres the local base name of this server's replica.
         self.path = (
             Path(self.settings.index_dir or loopstack_home() / "memory" / url_key(self.url))
             if self.url
