@@ -66,9 +66,9 @@ def test_examples_are_chosen_by_the_tools_this_run_offers(tmp_path: Path) -> Non
 
 
 async def test_shadow_arms_are_recorded_and_not_charged() -> None:
-    from agent.answer import AnswerOptions
     from agent.loop import Agent
     from agent.scripted import ScriptedModel, call
+    from agent.settings import AgentConfig, AnswerOptions
     from agent.state import FinalStep
     from agent.tools import ToolRegistry
 
@@ -86,7 +86,8 @@ async def test_shadow_arms_are_recorded_and_not_charged() -> None:
 
     def agent(arms: list[tuple[str, AnswerOptions]]) -> Agent:
         model = ScriptedModel([call("weather", city="Paris")], answer=reply)
-        return Agent(model.client(), "scripted-model", ToolRegistry([weather]), answer_arms=arms)
+        config = AgentConfig(answer_arms=tuple(arms))
+        return Agent(model.client(), "scripted-model", ToolRegistry([weather]), config)
 
     plain = await agent([]).run("How many degrees in Paris?")
     shadow = await agent([("typed", AnswerOptions(typed=True))]).run("How many degrees in Paris?")
@@ -100,15 +101,15 @@ async def test_shadow_arms_are_recorded_and_not_charged() -> None:
 async def test_shadow_arms_of_concurrent_runs_keep_their_own_options() -> None:
     """Two runs in flight on one agent: run beta asks for its main answer while run alpha is
     asking its shadow arm. Each request is built from its own options (the agent's for the
-    main answer, the arm's for the shadow); swapping ``agent.answer_options`` for the arm
+    main answer, the arm's for the shadow); swapping the agent's answer options for the arm
     (the old ``_shadow_answers``) gave beta's main answer alpha's arm options."""
     import asyncio
 
     from openai import AsyncOpenAI
 
-    from agent.answer import AnswerOptions
     from agent.loop import Agent
     from agent.scripted import ScriptedModel, call, httpx
+    from agent.settings import AgentConfig, AnswerOptions
     from agent.state import AgentState, FinalStep
     from agent.tools import ToolRegistry
 
@@ -150,13 +151,8 @@ async def test_shadow_arms_of_concurrent_runs_keep_their_own_options() -> None:
     client = AsyncOpenAI(base_url="http://scripted/v1", api_key="k", http_client=http)
     main = AnswerOptions(examples="MAIN-EXAMPLE")
     arm = AnswerOptions(examples="ARM-EXAMPLE")
-    agent = Agent(
-        client,
-        "scripted-model",
-        ToolRegistry([weather]),
-        answer_options=main,
-        answer_arms=[("arm", arm)],
-    )
+    config = AgentConfig(answer=main, answer_arms=(("arm", arm),))
+    agent = Agent(client, "scripted-model", ToolRegistry([weather]), config)
     goal = "How many degrees in Paris?"
     alpha, beta = await asyncio.gather(
         agent.run(goal, state=AgentState(goal=goal, run_id="alpha")),
@@ -171,4 +167,4 @@ async def test_shadow_arms_of_concurrent_runs_keep_their_own_options() -> None:
         assert isinstance(final, FinalStep)
         assert result.answer == "main: 18 degrees"
         assert dict(final.arms) == {"arm": "arm: 18 degrees"}
-    assert agent.answer_options == main
+    assert agent.config.answer == main
