@@ -54,7 +54,7 @@ $(CLIENTS)/.installed: requirements/clients.txt
 	$(CLIENTS)/bin/pip install -q --no-compile -r requirements/clients.txt
 	touch $@
 
-# The memory tests start and stop their own PostgreSQL 15 (memory/pg_server.py) from the
+# The memory tests start and stop their own PostgreSQL 15 (bench/memory/local_postgres.py) from the
 # Debian server binaries; a machine without them gets the package here (never a mock).
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \

@@ -15,12 +15,11 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent import answer_kinds
 from agent.exceptions import AgentError, ModelError
-from agent.settings import Limits
+from agent.settings import AgentConfig, AnswerOptions
 from agent.state import AgentState, Reason
 from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
 
@@ -34,22 +33,11 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class AnswerOptions:
-    """How the final answer is asked for; the defaults are what the golden set measured
-    best (docs/benchmarks.md)."""
-
-    typed: bool = False  # agent.answer_kinds: a typed ``value`` chosen from the question
-    samples: int = 1  # self-consistency: n samples in one request, the majority wins
-    examples: str = ""  # worked examples (agent.examples) put before the request
-
-
 class Asker(Protocol):
     """What the final-answer request needs from the loop (`agent.loop.Agent` is one)."""
 
-    limits: Limits
+    config: AgentConfig
     on_text: Callable[[str], None] | None
-    answer_options: AnswerOptions
 
     async def _chat(self, trace_id: str, **kw: Any) -> Any: ...
 
@@ -170,7 +158,7 @@ async def request(
 ) -> tuple[str, int, int]:
     """Ask for the final answer within ``deadline`` seconds (ModelError when it passes), the
     way ``options`` says (default: the agent's); returns (answer, prompt, completion tokens)."""
-    opts = options or agent.answer_options
+    opts = options or agent.config.answer
     try:
         return await asyncio.wait_for(_request(agent, state, reason, opts), deadline)
     except TimeoutError as exc:
@@ -209,7 +197,7 @@ async def _request(
 ) -> tuple[str, int, int]:
     messages = _prompt(state, reason, opts.examples)
     tid = f"{state.run_id}.{state.step}.final"
-    kw: dict[str, Any] = {"messages": messages, "max_tokens": agent.limits.answer_max_tokens}
+    kw: dict[str, Any] = {"messages": messages, "max_tokens": agent.config.limits.answer_max_tokens}
     kind = answer_kinds.kind_of(state.goal) if opts.typed else None
     fmt = answer_kinds.response_format(kind) if kind else ANSWER_FORMAT
     if opts.samples > 1 and agent.on_text is None:

@@ -30,14 +30,19 @@ import typer
 from openai import AsyncOpenAI
 
 from agent import examples
-from agent.answer import AnswerOptions
 from agent.cost import Cost
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
 from agent.loop import Agent
 from agent.mcp import MCPServerSpec, MCPToolServer
 from agent.selection import ToolSelection
-from agent.settings import AgentSettings, resolve_api_key, resolve_base_url
+from agent.settings import (
+    AgentConfig,
+    AgentSettings,
+    AnswerOptions,
+    resolve_api_key,
+    resolve_base_url,
+)
 from agent.state import AgentState, FinalStep, ModelStep, PlanStep, RunResult, ToolStep
 from agent.tools import ToolRegistry, load_tools_file
 
@@ -142,28 +147,25 @@ async def build_agent(
         approver: Approver | None = terminal_approver()
         if approve_dangerous:
             approver = _approve_dangerous(approver)
-        agent = Agent(
-            client,
-            model or settings.model or await pick_model(client),
-            registry,
+        model_id = model or settings.model or await pick_model(client)
+        agent_config = AgentConfig(
             limits=limits,
-            allow=allow or None,
-            approver=approver,
-            memory=link,
+            allow=frozenset(allow) if allow else None,
             text_answers=settings.text_answers,
             tool_nudge=settings.tool_nudge,
-            otel_endpoint=settings.otel_endpoint,
             plan=plan or settings.plan,  # type: ignore[arg-type]
             instructions=instructions.strip(),
-            answer_options=_answer_options(settings, registry.names()),
+            answer=_answer_options(settings, registry.names()),
+            answer_arms=tuple(
+                (arm.partition("=")[0], _answer_options(settings, registry.names(), arm))
+                for arm in filter(None, settings.answer_arms.split(","))
+            ),
             selection=ToolSelection(
                 settings.select, settings.top_k, settings.no_repeat, settings.answer_tool
             ),
-            answer_arms=[
-                (arm.partition("=")[0], _answer_options(settings, registry.names(), arm))
-                for arm in filter(None, settings.answer_arms.split(","))
-            ],
+            otel_endpoint=settings.otel_endpoint,
         )
+        agent = Agent(client, model_id, registry, agent_config, approver=approver, memory=link)
         if settings.tokenizer:
             from agent.context import TokenCounter
 

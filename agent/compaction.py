@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from agent.context import compaction_cut, pin_facts, render_messages, tool_facts_of
 from agent.exceptions import AgentError
-from agent.settings import Limits
+from agent.settings import AgentConfig
 from agent.state import AgentState, CompactionStep
 
 __all__ = ["compact"]
@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 class Compactor(Protocol):
     """What compaction needs from the loop (`agent.loop.Agent` is one)."""
 
-    limits: Limits
+    config: AgentConfig
 
     async def _chat(self, trace_id: str, **kw: Any) -> Any: ...
 
@@ -36,7 +36,7 @@ class Compactor(Protocol):
 
 async def compact(agent: Compactor, state: AgentState, tokens: int) -> CompactionStep:
     t0 = time.perf_counter()
-    cut = compaction_cut(state.messages, agent.limits.keep_turns)
+    cut = compaction_cut(state.messages, agent.config.limits.keep_turns)
     old, state.messages = state.messages[:cut], state.messages[cut:]
     pin_facts(state, tool_facts_of(old))  # facts survive outside the summary
     transcript = render_messages(old)

@@ -21,9 +21,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import openai
 from openai import AsyncOpenAI
@@ -57,10 +57,9 @@ from agent.protocols import MemoryLink, ToolResult
 from agent.selection import (
     ANSWER_TOOL,
     MORE_TOOLS,
-    ToolSelection,
     answer_call,
 )
-from agent.settings import Limits
+from agent.settings import AgentConfig
 from agent.state import (
     CURRENT_CALL,
     CURRENT_TURN,
@@ -69,6 +68,7 @@ from agent.state import (
     ErrorStep,
     FinalStep,
     LimitStep,
+    Lineage,
     ModelStep,
     Observation,
     Reason,
@@ -101,51 +101,27 @@ class Agent:
         client: AsyncOpenAI,
         model: str,
         tools: ToolRegistry | None = None,
+        config: AgentConfig | None = None,
         *,
-        limits: Limits | None = None,
-        allow: Iterable[str] | None = None,
         approver: Approver | None = None,
         memory: MemoryLink | None = None,
-        text_answers: Literal["force", "accept"] = "force",
         counter: TokenCounter | None = None,
-        trace_dir: Path | None = None,
-        otel_endpoint: str | None = None,
         on_text: Callable[[str], None] | None = None,
-        tool_nudge: bool = True,
-        plan: plans.PlanMode = "never",
-        instructions: str = "",
-        depth: int = 0,
-        ancestors: tuple[str, ...] = (),
-        trace_parent: tuple[str, str] | None = None,
-        answer_options: final_answer.AnswerOptions | None = None,
-        answer_arms: Iterable[tuple[str, final_answer.AnswerOptions]] = (),
-        selection: ToolSelection | None = None,
+        lineage: Lineage | None = None,
     ) -> None:
+        """``config``: how it runs (limits, allowlist, answers, planning, tracing);
+        ``on_text`` streams the final answer (chat); ``lineage``: its place in a team."""
         self.client = client
         self.model = model
         self.tools = tools or ToolRegistry()
-        self.limits = limits or Limits()
-        # The allowlist is fixed by the host for the run: nothing the model or a tool says
-        # changes it.
+        self.config = config or AgentConfig()
+        allow = self.config.allow
         self.allow = frozenset(self.tools.names() if allow is None else allow)
         self.approver = approver
         self.memory = memory
-        self.text_answers = text_answers
         self.counter = counter or TokenCounter()
-        self.trace_dir = trace_dir
-        self.otel_endpoint = otel_endpoint
-        self.on_text = on_text  # streams the final answer (chat)
-        # a text reply before any tool call (and without a memory block to answer from) is
-        # asked once more with tool_choice="required": small models guess instead of looking
-        self.tool_nudge = tool_nudge
-        self.plan = plan  # auto | always | never (agent.plan)
-        self.instructions = instructions  # added to the system prompt (a worker's role)
-        # teams (agent.team): how deep this agent runs, who is above it, and the parent's
-        # (run id, step trace id) its trace lines point at
-        self.depth, self.ancestors, self.trace_parent = depth, ancestors, trace_parent
-        self.answer_options = answer_options or final_answer.AnswerOptions()
-        self.answer_arms = tuple(answer_arms)  # measurement only: answer.shadow_answers
-        self.selection = selection or ToolSelection()  # which tools, how (agent.selection)
+        self.on_text = on_text
+        self.lineage = lineage or Lineage()
         self._approval_lock = asyncio.Lock()
         self._states: dict[str, AgentState] = {}  # runs in flight (cached-token counting)
         self.last_trace_path: Path | None = None
@@ -172,7 +148,10 @@ class Agent:
         """Yield every step of one run (or of one more chat turn, when ``state`` is reused)."""
         state = self._begin(goal, state)
         tracer = Tracer(
-            state.run_id, self.trace_dir, otel_endpoint=self.otel_endpoint, parent=self.trace_parent
+            state.run_id,
+            self.config.trace_dir,
+            otel_endpoint=self.config.otel_endpoint,
+            parent=self.lineage.trace_parent,
         )
         self.last_trace_path = tracer.path
         self._states[state.run_id] = state
@@ -208,7 +187,10 @@ class Agent:
             call_signature(o.name, o.arguments): o for o in state.observations
         }
         counted_upto, idle, nudged, repeats = 0, 0, False, 0
-        if state.plan is None and (made := await plans.make(self, state, self.plan)) is not None:
+        if (
+            state.plan is None
+            and (made := await plans.make(self, state, self.config.plan)) is not None
+        ):
             yield made
         while True:
             limit = self._limit(state)
@@ -217,14 +199,14 @@ class Agent:
                 yield await self._finish(state, limit[0])
                 break
             tokens = self.counter.context_tokens(state, counted_upto)
-            if tokens > self.limits.context_tokens:
+            if tokens > self.config.limits.context_tokens:
                 yield await compaction.compact(self, state, tokens)
                 counted_upto = len(state.messages)
             state.step += 1
             try:
                 step, message = await self._decide(state, required=nudged and not state.tool_calls)
             except AgentError as exc:
-                if state.elapsed() >= self.limits.wall_clock_s:  # the request hit the limit
+                if state.elapsed() >= self.config.limits.wall_clock_s:  # the request hit the limit
                     detail = f"{state.elapsed():.1f} s elapsed during a model request"
                     yield LimitStep(state.step, self._tid(state), "wall_clock", detail)
                     yield await self._finish(state, "wall_clock", detail=detail)
@@ -234,7 +216,7 @@ class Agent:
                 break
             counted_upto = len(state.messages)
             yield step
-            answered = answer_call(message) if self.selection.answer_tool else None
+            answered = answer_call(message) if self.config.selection.answer_tool else None
             if answered is not None:  # `final_answer`: the model's own answer, by a call
                 if self._nudge(state, nudged):
                     nudged = True
@@ -252,7 +234,7 @@ class Agent:
             calls = message["tool_calls"]
             fresh = [c for c in calls if call_sig(c) not in seen]
             if not fresh:  # the same call again: not run; a hint first, then the forced answer
-                if repeats >= self.limits.repeat_nudges:
+                if repeats >= self.config.limits.repeat_nudges:
                     yield await self._finish(state, "repeated_call")
                     break
                 repeats += 1  # once: not run, answered with a hint to use it or move on
@@ -272,7 +254,7 @@ class Agent:
             if (replanned := await plans.after_turn(self, state, ran, idle)) is not None:
                 idle = 0  # a new plan: the no-progress count starts again
                 yield replanned
-            if idle >= self.limits.no_progress_steps:
+            if idle >= self.config.limits.no_progress_steps:
                 detail = f"{idle} steps without a new successful tool result"
                 yield LimitStep(state.step, self._tid(state), "no_progress", detail)
                 yield await self._finish(state, "no_progress")
@@ -281,7 +263,7 @@ class Agent:
             await self._write_back(state)
 
     def _limit(self, state: AgentState) -> tuple[Reason, str] | None:
-        lim = self.limits
+        lim = self.config.limits
         if state.step >= lim.max_steps:
             return "max_steps", f"{state.step} model steps (max_steps={lim.max_steps})"
         calls = state.tool_calls + state.charged.tool_calls  # workers' calls count too
@@ -295,7 +277,7 @@ class Agent:
 
     def _remaining(self, state: AgentState, *, floor: float) -> float:
         """Seconds left on the wall clock (at least ``floor``)."""
-        return max(floor, self.limits.wall_clock_s - state.elapsed())
+        return max(floor, self.config.limits.wall_clock_s - state.elapsed())
 
     def _tid(self, state: AgentState, suffix: str = "") -> str:
         return f"{state.run_id}.{state.step}{suffix}"
@@ -305,7 +287,7 @@ class Agent:
     def _nudge(self, state: AgentState, nudged: bool) -> bool:
         """Whether a text reply should be retried with ``tool_choice="required"``."""
         return (
-            self.tool_nudge
+            self.config.tool_nudge
             and not nudged
             and state.tool_calls == 0
             and not state.memory_block
@@ -317,12 +299,12 @@ class Agent:
     ) -> tuple[ModelStep, dict[str, Any]]:
         tid = self._tid(state)
         own = self.tools.openai_tools(self.allow)
-        kw = self.selection.request(own, state.goal, state.run_tools, required=required)
+        kw = self.config.selection.request(own, state.goal, state.run_tools, required=required)
         t0 = time.perf_counter()
         resp = await self._chat(
             tid,
-            messages=plans.messages_for(state, self.instructions),
-            max_tokens=self.limits.step_max_tokens,
+            messages=plans.messages_for(state, self.config.instructions),
+            max_tokens=self.config.limits.step_max_tokens,
             deadline=self._remaining(state, floor=0.5),
             **kw,
         )
@@ -395,9 +377,11 @@ class Agent:
     ) -> list[tuple[ToolStep, Observation | None]]:
         """Run the calls of one assistant message concurrently; append their tool replies
         in call order (every tool_call_id gets exactly one reply)."""
-        budget = self.limits.max_tool_calls - state.tool_calls - state.charged.tool_calls
+        budget = self.config.limits.max_tool_calls - state.tool_calls - state.charged.tool_calls
         # workers called in this turn see who called them (budgets, depth, fan-out)
-        token = CURRENT_TURN.set(Turn(self, state, len(calls), self.depth, self.ancestors))
+        token = CURRENT_TURN.set(
+            Turn(self, state, len(calls), self.lineage.depth, self.lineage.ancestors)
+        )
         jobs = []
         for i, call in enumerate(calls):
             sig = call_sig(call)
@@ -437,7 +421,7 @@ class Agent:
             CURRENT_CALL.set(self._tid(state, f".{i}"))  # this call's own task: no reset
             timeout = self._remaining(state, floor=0.05)  # a worker agent: its own clock
             if not getattr(self.tools.get(name), "is_agent", False):
-                timeout = min(self.limits.tool_timeout_s, timeout)
+                timeout = min(self.config.limits.tool_timeout_s, timeout)
             result = await self.tools.execute(name, args, timeout_s=timeout)
         except (ToolNotAllowed, ToolArgumentsError, ToolDenied) as exc:
             result = ToolResult("error", error=error_body(exc))
@@ -487,7 +471,7 @@ class Agent:
     ) -> tuple[ToolStep, Observation, str]:
         body = {"note": UNTRUSTED_NOTE, **result.to_dict()}
         if (
-            self.selection.answer_tool and result.status == "ok"
+            self.config.selection.answer_tool and result.status == "ok"
         ):  # where the 0.5B reads: right after
             body["next"] = ANSWER_HINT
         content = json.dumps(body, ensure_ascii=False, default=str)
@@ -526,7 +510,9 @@ class Agent:
         forced = True
         repairs: tuple[str, ...] = ()
         arms: tuple[tuple[str, str], ...] = ()
-        if reason == "answer" and (own or self.text_answers == "accept" or not self.tools.names()):
+        if reason == "answer" and (
+            own or self.config.text_answers == "accept" or not self.tools.names()
+        ):
             answer, forced = text.strip(), False
         elif reason in ("tokens", "wall_clock", "model_error"):
             answer = final_answer.from_observations(state, reason, detail)
@@ -541,18 +527,18 @@ class Agent:
                     if self.on_text is not None and fixed.answer != answer:
                         self.on_text(f"\n(corrected from the tool results) {fixed.answer}")
                 answer, repairs = fixed.answer, fixed.problems
-                if self.answer_arms:  # measurement only (LOOPSTACK_AGENT_ANSWER_ARMS)
+                if self.config.answer_arms:  # measurement only (LOOPSTACK_AGENT_ANSWER_ARMS)
                     names = frozenset(self.tools.names())
                     arms = await final_answer.shadow_answers(
                         self,
                         state,
                         reason,
-                        self.answer_arms,
+                        self.config.answer_arms,
                         deadline=self._remaining(state, floor=0.5),
                         repair=lambda text: grounding.repair(text, state, names).answer,
                     )
             except AgentError as exc:
-                if state.elapsed() >= self.limits.wall_clock_s:
+                if state.elapsed() >= self.config.limits.wall_clock_s:
                     reason, status = "wall_clock", STATUS_OF["wall_clock"]
                 answer = text.strip() or final_answer.from_observations(state, reason, exc.message)
         if reason == "answer" and not answer:

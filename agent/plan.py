@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from agent.context import build_messages
 from agent.exceptions import AgentError
-from agent.settings import Limits
+from agent.settings import AgentConfig, Limits, PlanMode
 from agent.state import AgentState, Plan, PlanItem, PlanStep, ToolStep
 from agent.tools import ToolRegistry
 
@@ -44,7 +44,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PlanMode = Literal["auto", "always", "never"]
 MAX_ITEMS = 6
 GOAL_CHARS = 160  # a step is one short action: long goals are the model echoing the prompt
 PLAN_MAX_TOKENS = 256
@@ -85,7 +84,7 @@ REPLAN_FORMAT = _format("replan", {"steps": _STEPS_SCHEMA})
 class Planner(Protocol):
     """What planning needs from the loop (`agent.loop.Agent` is one)."""
 
-    limits: Limits
+    config: AgentConfig
     tools: ToolRegistry
     allow: frozenset[str]
 
@@ -134,9 +133,9 @@ async def _ask(
     resp = await agent._chat(
         tid,
         messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}],
-        max_tokens=min(PLAN_MAX_TOKENS, agent.limits.step_max_tokens),
+        max_tokens=min(PLAN_MAX_TOKENS, agent.config.limits.step_max_tokens),
         response_format=fmt,
-        deadline=max(0.5, (agent.limits.wall_clock_s - state.elapsed()) / 3),
+        deadline=max(0.5, (agent.config.limits.wall_clock_s - state.elapsed()) / 3),
     )
     prompt_tok, completion_tok = agent._count_usage(state, resp)
     return resp.choices[0].message.content or "", prompt_tok, completion_tok
@@ -242,9 +241,9 @@ async def after_turn(
     """After a turn's tool results: advance the plan; when its step failed (or the turn
     made no progress for ``no_progress_steps`` turns) re-plan, if re-plans are left."""
     failed = advance(state, ran)
-    if failed is None and idle >= agent.limits.no_progress_steps:
+    if failed is None and idle >= agent.config.limits.no_progress_steps:
         failed = fail_current(state, f"no new result in {idle} steps")
-    if failed is None or not can_replan(state, agent.limits):
+    if failed is None or not can_replan(state, agent.config.limits):
         return None
     return await replan(agent, state, failed)
 

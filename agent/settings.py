@@ -1,19 +1,34 @@
-"""Agent settings (``LOOPSTACK_AGENT_*``) and the endpoint they point at.
+"""Agent settings (``LOOPSTACK_AGENT_*``), how an agent runs, and the endpoint it talks to.
 
-`AgentSettings` is read once by the CLI and unpacked into `Limits` and keyword arguments;
-the loop itself never sees the settings object.
+`AgentSettings` is read once by the CLI and turned into an `AgentConfig` (the `Limits`, the
+final-answer `AnswerOptions`, tool selection, planning, tracing): the loop itself never
+sees the settings object. Tests, teams and benches build an `AgentConfig` directly.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["DEFAULT_BASE_URL", "AgentSettings", "Limits", "resolve_api_key", "resolve_base_url"]
+from agent.selection import ToolSelection
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "AgentConfig",
+    "AgentSettings",
+    "AnswerOptions",
+    "Limits",
+    "PlanMode",
+    "resolve_api_key",
+    "resolve_base_url",
+]
+
+PlanMode = Literal["auto", "always", "never"]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
@@ -38,6 +53,42 @@ class Limits:
     max_fan_out: int = 4  # sub-tasks handed out in one turn (agent.team)
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerOptions:
+    """How the final answer is asked for (agent.answer); the defaults are what the golden set
+    measured best (docs/benchmarks.md)."""
+
+    typed: bool = False  # agent.answer_kinds: a typed ``value`` chosen from the question
+    samples: int = 1  # self-consistency: n samples in one request, the majority wins
+    examples: str = ""  # worked examples (agent.examples) put before the request
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """How an agent runs, the same for every run it makes: its guardrails and the loop's
+    choices. What it talks to and who it answers to (client, tools, approver, memory) are
+    the `Agent`'s own arguments."""
+
+    limits: Limits = field(default_factory=Limits)
+    # the tools a run may call, fixed by the host (default: every tool of the registry);
+    # nothing the model or a tool says changes it
+    allow: frozenset[str] | None = None
+    # force: a text reply triggers the JSON final-answer request; accept: the text is it
+    text_answers: Literal["force", "accept"] = "force"
+    # a text reply before any tool call (and without a memory block to answer from) is asked
+    # once more with tool_choice="required": small models guess instead of looking
+    tool_nudge: bool = True
+    plan: PlanMode = "never"  # a plan before the first step (agent.plan)
+    instructions: str = ""  # added to the system prompt (a worker's role)
+    answer: AnswerOptions = field(default_factory=AnswerOptions)
+    # measurement only (LOOPSTACK_AGENT_ANSWER_ARMS): the final answer also asked these
+    # ways on the same state, recorded in the trace (agent.answer.shadow_answers)
+    answer_arms: tuple[tuple[str, AnswerOptions], ...] = ()
+    selection: ToolSelection = field(default_factory=ToolSelection)  # which tools, how
+    trace_dir: Path | None = None  # default: $LOOPSTACK_HOME/traces
+    otel_endpoint: str | None = None  # OTLP/HTTP traces, besides the JSONL file
+
+
 class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOOPSTACK_AGENT_", extra="ignore")
 
@@ -60,7 +111,7 @@ class AgentSettings(BaseSettings):
     max_replans: int = Field(default=2, ge=0, description="re-plans after failed steps")
     max_depth: int = Field(default=2, ge=0, description="levels of workers below the top agent")
     max_fan_out: int = Field(default=4, ge=1, description="sub-tasks handed out per turn")
-    plan: Literal["auto", "always", "never"] = Field(
+    plan: PlanMode = Field(
         default="never", description="make a plan before the first step (agent.plan)"
     )
     text_answers: Literal["force", "accept"] = Field(

@@ -160,6 +160,16 @@ class AgentState:
         return self.usage.total + self.charged.tokens
 
 
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """Where an agent runs in a team (agent.team): how deep, under whom, and the parent's
+    (run id, step trace id) its trace lines point at."""
+
+    depth: int = 0  # 0: the top-level agent; a worker runs at its parent's depth + 1
+    ancestors: tuple[str, ...] = ()  # names of the agents above (no ping-pong)
+    trace_parent: tuple[str, str] | None = None
+
+
 @dataclass(slots=True)
 class Turn:
     """The calls of one assistant message, as a tool sees them while it runs: the agent and

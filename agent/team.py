@@ -39,10 +39,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.exceptions import ConfigError, TeamRefused, WorkerFailed
-from agent.plan import PlanMode
 from agent.protocols import MemoryLink
-from agent.settings import Limits
-from agent.state import CURRENT_CALL, CURRENT_TURN, AgentState, RunResult, ToolStep, Turn
+from agent.settings import AgentConfig, Limits, PlanMode
+from agent.state import CURRENT_CALL, CURRENT_TURN, AgentState, Lineage, RunResult, ToolStep, Turn
 from agent.tools import ToolRegistry
 
 if TYPE_CHECKING:
@@ -153,7 +152,7 @@ class WorkerTool:
 
     def _admit(self, turn: Turn, task: str) -> Limits:
         """The refusals, in order; the worker's carved limits when it may run."""
-        parent_limits: Limits = turn.agent.limits
+        parent_limits: Limits = turn.agent.config.limits
         state = turn.state
         depth = turn.depth + 1
         if depth > parent_limits.max_depth:
@@ -214,24 +213,28 @@ class WorkerTool:
         instructions = w.instructions
         if w.workers:
             instructions = (COORDINATOR_INSTRUCTIONS + "\n" + instructions).strip()
+        up = parent.config
+        config = AgentConfig(  # the parent's way of answering and tracing, the worker's own rest
+            limits=limits,
+            text_answers=up.text_answers,
+            tool_nudge=up.tool_nudge,
+            plan=w.plan,
+            instructions=instructions,
+            answer=up.answer,
+            trace_dir=up.trace_dir,
+            otel_endpoint=up.otel_endpoint,
+        )
         return Agent(
             w.client or parent.client,
             w.model or parent.model,
             tools,
-            limits=limits,
+            config,
             approver=parent.approver,
             memory=w.memory,
-            text_answers=parent.text_answers,
             counter=parent.counter,
-            trace_dir=parent.trace_dir,
-            otel_endpoint=parent.otel_endpoint,
-            tool_nudge=parent.tool_nudge,
-            answer_options=parent.answer_options,
-            plan=w.plan,
-            instructions=instructions,
-            depth=turn.depth + 1,
-            ancestors=(*turn.ancestors, self.name),
-            trace_parent=(turn.state.run_id, parent_call),
+            lineage=Lineage(
+                turn.depth + 1, (*turn.ancestors, self.name), (turn.state.run_id, parent_call)
+            ),
         )
 
     def _settle(

@@ -1,9 +1,10 @@
-"""Long-term memory for loopstack agents: a SQLite ledger with FAISS recall in four gates.
+"""Long-term memory for loopstack agents: a ledger (one SQLite file, or one Postgres database
+shared by many app servers: ``memory.ledger``) with FAISS recall in four gates.
 
 Public contract::
 
     from memory import MemoryStore
-    store = MemoryStore(path)                       # sync; AsyncMemoryStore is the async API
+    store = MemoryStore(path)   # a SQLite path or a postgresql:// URL; AsyncMemoryStore: async
     rid = store.add("User prefers metric units", user_id="u1", type="preference")
     rec = store.recall("which units?", user_id="u1", budget_tokens=600)
     rec.items[0].id, rec.items[0].text, rec.items[0].score, rec.block

@@ -34,7 +34,7 @@ class MemorySettings(BaseSettings):
 
     # --- storage -------------------------------------------------------------------------
     path: Path | None = Field(
-        default=None, description="Ledger file; default $LOOPSTACK_HOME/memory/memory.db"
+        default=None, description="SQLite ledger file; default $LOOPSTACK_HOME/memory/memory.db"
     )
     url: str | None = Field(
         default=None,
@@ -48,7 +48,7 @@ class MemorySettings(BaseSettings):
     )
     index_dir: Path | None = Field(
         default=None,
-        description="This server's FAISS replica folder; default beside the ledger file, or "
+        description="This server's FAISS replica folder; default beside the SQLite file, or "
         "$LOOPSTACK_HOME/memory/pg-<hash of the URL>.index for Postgres",
     )
     index_kind: Literal["auto", "flat", "hnsw"] = "auto"
@@ -160,7 +160,7 @@ class MemorySettings(BaseSettings):
 
     def location(self) -> str | Path:
         """Where the default store lives: ``url`` (``LOOPSTACK_MEMORY_URL``) when set, else
-        the ledger file."""
+        the SQLite ledger file."""
         return self.url if self.url else self.resolved_path()
 
     def resolved_path(self) -> Path:

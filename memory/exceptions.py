@@ -5,8 +5,8 @@ catch memory failures without catching everything else::
 
     LoopstackMemoryError
     ├── ConfigError                  bad settings (unknown index kind, bad weights, ...)
-    ├── LedgerError                  the SQLite ledger failed or is not what we expect
-    │   ├── SchemaVersionError       the file was written by a newer schema
+    ├── LedgerError                  the ledger (SQLite or Postgres) failed or is not what we expect
+    │   ├── SchemaVersionError       the ledger was written by a newer schema
     │   └── RowSecurityError         Postgres: the role bypasses row-level security
     ├── IndexError_                  the FAISS index is unusable
     │   └── IndexMismatchError       index dim/model differs from the ledger's embedder
@@ -50,11 +50,13 @@ class ConfigError(LoopstackMemoryError):
 
 
 class LedgerError(LoopstackMemoryError):
-    """The SQLite ledger failed or holds something unexpected."""
+    """The ledger (a SQLite file or a Postgres database) failed or holds something
+    unexpected."""
 
 
 class SchemaVersionError(LedgerError):
-    """The ledger file was written by a newer, unknown schema version."""
+    """The ledger (SQLite file or Postgres database) was written by a newer, unknown schema
+    version."""
 
 
 class RowSecurityError(LedgerError):

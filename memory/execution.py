@@ -13,10 +13,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from memory.backend import LedgerBackend
 from memory.config import MemorySettings
 from memory.embedding import Embedder
 from memory.exceptions import RedactedError
+from memory.ledger.backend import LedgerBackend
 from memory.records import MemorySource, MemoryType, Recall, Scope, WriteResult
 from memory.writeback import Proposal, fingerprint, only_redactions, redact
 

@@ -21,15 +21,13 @@ from typing import Any
 from memory.config import MemorySettings
 from memory.embedding import Embedder, HashingEmbedder, make_embedder
 from memory.exceptions import LedgerError
-from memory.pg_ledger import PgLedger
-from memory.pg_schema import ALL, SET_SCOPE
+from memory.ledger.common import COLUMNS
+from memory.ledger.postgres import PostgresLedger
+from memory.ledger.postgres_schema import ALL, SET_SCOPE
 
 __all__ = ["MigrationReport", "migrate", "parse_source"]
 
-_REC_COLS = (
-    "rowid, id, user_id, agent_id, session_id, text, type, source, confidence, created_at, "
-    "last_used_at, hits, weight, superseded_by, evidence, mentions, fingerprint"
-)
+_REC_COLS = f"{COLUMNS}, fingerprint"
 _REC_TYPES = (
     "bigint text text text text text text text float8 float8 float8 int float8 text text int text"
 )
@@ -101,7 +99,7 @@ def _batches(cur: sqlite3.Cursor, size: int = 5_000) -> Iterator[list[tuple[Any,
         yield rows
 
 
-def _copy(src: sqlite3.Connection, dst: PgLedger) -> tuple[dict[str, int], int]:
+def _copy(src: sqlite3.Connection, dst: PostgresLedger) -> tuple[dict[str, int], int]:
     """Every table, in one Postgres transaction; returns source counts and the last seq."""
     counts: dict[str, int] = {}
     with dst.write() as tx:
@@ -136,7 +134,7 @@ def _copy(src: sqlite3.Connection, dst: PgLedger) -> tuple[dict[str, int], int]:
     return counts, seq
 
 
-def _target_counts(dst: PgLedger) -> dict[str, int]:
+def _target_counts(dst: PostgresLedger) -> dict[str, int]:
     out = {}
     with dst.write() as tx:
         tx.cur.execute(SET_SCOPE, (ALL,))
@@ -182,7 +180,7 @@ def migrate(
     settings = settings or MemorySettings()
     path = parse_source(source)
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    dst = PgLedger(url, allow_no_rls=settings.allow_no_rls)
+    dst = PostgresLedger(url, allow_no_rls=settings.allow_no_rls)
     report = MigrationReport()
     try:
         counts, report.change_seq = _copy(src, dst)

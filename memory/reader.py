@@ -14,10 +14,10 @@ from typing import Literal
 
 import numpy as np
 
-from memory.backend import LedgerBackend
 from memory.config import MemorySettings
 from memory.embedding import Vectors
 from memory.index import shard_name
+from memory.ledger.backend import LedgerBackend
 from memory.pipeline import (
     pack,
     prune_terms,

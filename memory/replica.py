@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from memory.backend import LedgerBackend
 from memory.config import MemorySettings
 from memory.embedding import Embedder
 from memory.index import ShardedIndex, shard_name
-from memory.schema import Change
+from memory.ledger.backend import LedgerBackend
+from memory.ledger.common import Change
 
 __all__ = ["IndexReplica"]
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from memory.backend import LedgerBackend, is_url, open_ledger, url_key
 from memory.config import MemorySettings, loopstack_home
 from memory.embedding import Embedder, Vectors, make_embedder
 from memory.exceptions import (
@@ -37,6 +36,8 @@ from memory.exceptions import (
 )
 from memory.execution import execute
 from memory.index import ShardedIndex
+from memory.ledger.backend import LedgerBackend, is_url, open_ledger, url_key
+from memory.ledger.common import NewRecord
 from memory.llm import ModelClient
 from memory.reader import RecallMode, RecallReader
 from memory.records import (
@@ -51,7 +52,6 @@ from memory.records import (
     WriteResult,
 )
 from memory.replica import IndexReplica
-from memory.schema import NewRecord
 from memory.trust import USER_CONFIRMED
 from memory.writeback import fingerprint, only_redactions, plan_turn, redact, redact_turn
 from memory.writer import OnConflict, RecordWriter
@@ -67,7 +67,8 @@ _WRITE_BACK_OWNER: contextvars.ContextVar[AsyncMemoryStore | None] = contextvars
 
 
 class AsyncMemoryStore:
-    """Long-term memory for many users in one ledger file. See docs/memory.md."""
+    """Long-term memory for many users in one ledger: a SQLite file, or one Postgres database
+    that many app servers share. See docs/memory.md."""
 
     def __init__(
         self,
@@ -81,7 +82,7 @@ class AsyncMemoryStore:
         where = path if path is not None else self.settings.location()
         #: ``postgresql://...`` for a shared Postgres ledger, else None (a SQLite file).
         self.url: str | None = str(where) if is_url(where) else None
-        #: The ledger file, or for Postgres the local base name of this server's replica.
+        #: The SQLite ledger file, or for Postgres the local base name of this server's replica.
         self.path = (
             Path(self.settings.index_dir or loopstack_home() / "memory" / url_key(self.url))
             if self.url

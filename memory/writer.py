@@ -31,14 +31,14 @@ from typing import Literal
 import faiss
 import numpy as np
 
-from memory.backend import LedgerBackend, LedgerTx
 from memory.config import MemorySettings
 from memory.embedding import Vectors
 from memory.exceptions import NotFoundError
 from memory.index import shard_name
+from memory.ledger.backend import LedgerBackend, LedgerTx
+from memory.ledger.common import NewRecord
 from memory.records import MemorySource, Record
 from memory.replica import IndexReplica
-from memory.schema import NewRecord
 from memory.trust import USER_CONFIRMED, provenance
 from memory.writeback import conflicting_value, same_content, updates_subject
 

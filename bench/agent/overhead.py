@@ -36,7 +36,7 @@ from typing import Any
 
 from agent.loop import Agent
 from agent.scripted import ScriptedModel, call, calls, text
-from agent.settings import Limits
+from agent.settings import AgentConfig, Limits, PlanMode
 from agent.state import ModelStep, ToolStep
 from agent.team import Worker, worker_tools
 from agent.tools import ToolRegistry
@@ -88,14 +88,9 @@ async def per_step(
             "helper", "answers", ToolRegistry(), limits=limits_w, client=helper.client()
         )
         registry.add_all(worker_tools([worker]), group="workers")
-    agent = Agent(
-        model.client(),
-        "scripted-model",
-        registry,
-        limits=limits,
-        trace_dir=trace_dir,
-        plan="always" if mode == "plan" else "never",
-    )
+    plan: PlanMode = "always" if mode == "plan" else "never"
+    config = AgentConfig(limits=limits, plan=plan, trace_dir=trace_dir)
+    agent = Agent(model.client(), "scripted-model", registry, config)
     marks: list[tuple[float, float]] = []
     async for step in agent.steps("look up many keys"):
         if isinstance(step, ModelStep):
@@ -148,9 +143,8 @@ async def parallel_tools(trace_dir: Path) -> dict[str, Any]:
             text("done"),
         ]
     )
-    agent = Agent(
-        model.client(), "scripted-model", ToolRegistry([wait_one_second]), trace_dir=trace_dir
-    )
+    config = AgentConfig(trace_dir=trace_dir)
+    agent = Agent(model.client(), "scripted-model", ToolRegistry([wait_one_second]), config)
     t_model = t_last = 0.0
     async for step in agent.steps("three slow calls"):
         if isinstance(step, ModelStep) and step.step == 1:

@@ -4,8 +4,9 @@
     HF_HUB_OFFLINE=1 .venv/bin/loopstack bench memory postgres lag --writes 200
     HF_HUB_OFFLINE=1 .venv/bin/loopstack bench memory postgres recall --records 100000 --servers 4
 
-Each command starts its own PostgreSQL 15 (``memory.pg_server``, fsync on) in a temp dir, with
-the app connecting as an ordinary role (row-level security on), and prints JSON figures.
+Each command starts its own PostgreSQL 15 (``bench.memory.local_postgres``, fsync on) in a
+temp dir, with the app connecting as an ordinary role (row-level security on), and prints
+JSON figures.
 
 * ``add-many``: one ``add_many`` call of 500 and of 20,000 synthetic memory sentences (the
   templates of ``bench.memory.latency``: many share a frame, so the duplicate and supersede
@@ -42,8 +43,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.memory.latency import QUESTIONS, fill, pct, synth_texts
+from bench.memory.local_postgres import LocalPostgres
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.pg_server import LocalPostgres
 
 DIM = 384
 

@@ -76,7 +76,7 @@ async def python_team_counts_every_request(server: Server, tmp_path: Path) -> No
     from openai import AsyncOpenAI
 
     from agent.loop import Agent
-    from agent.settings import Limits
+    from agent.settings import AgentConfig, Limits
     from agent.team import Worker, worker_tools
     from agent.tools import ToolRegistry, load_tools_file
 
@@ -89,10 +89,8 @@ async def python_team_counts_every_request(server: Server, tmp_path: Path) -> No
     )
     tools = ToolRegistry()
     tools.add_all(worker_tools([sales]), group="workers")
-    agent = Agent(
-        client, server.model, tools, limits=Limits(max_steps=2, wall_clock_s=400),
-        trace_dir=tmp_path, plan="always",
-    )  # fmt: skip
+    config = AgentConfig(Limits(max_steps=2, wall_clock_s=400), trace_dir=tmp_path, plan="always")
+    agent = Agent(client, server.model, tools, config)
     result = await agent.run("Ask the sales worker for the revenue of the West region in 2025-03.")
     assert result.plan is not None and result.status in ("done", "max_steps", "budget")
     own = [s for s in result.history if getattr(s, "prompt_tokens", 0)]

@@ -66,9 +66,9 @@ def test_examples_are_chosen_by_the_tools_this_run_offers(tmp_path: Path) -> Non
 
 
 async def test_shadow_arms_are_recorded_and_not_charged() -> None:
-    from agent.answer import AnswerOptions
     from agent.loop import Agent
     from agent.scripted import ScriptedModel, call
+    from agent.settings import AgentConfig, AnswerOptions
     from agent.state import FinalStep
     from agent.tools import ToolRegistry
 
@@ -86,7 +86,8 @@ async def test_shadow_arms_are_recorded_and_not_charged() -> None:
 
     def agent(arms: list[tuple[str, AnswerOptions]]) -> Agent:
         model = ScriptedModel([call("weather", city="Paris")], answer=reply)
-        return Agent(model.client(), "scripted-model", ToolRegistry([weather]), answer_arms=arms)
+        config = AgentConfig(answer_arms=tuple(arms))
+        return Agent(model.client(), "scripted-model", ToolRegistry([weather]), config)
 
     plain = await agent([]).run("How many degrees in Paris?")
     shadow = await agent([("typed", AnswerOptions(typed=True))]).run("How many degrees in Paris?")
@@ -95,3 +96,75 @@ async def test_shadow_arms_are_recorded_and_not_charged() -> None:
     assert shadow.answer == plain.answer == "plain: 18 degrees"
     assert dict(final.arms) == {"typed": "typed: 18 degrees"}
     assert shadow.tokens == plain.tokens  # the arm's request is not charged to the run
+
+
+async def test_shadow_arms_of_concurrent_runs_keep_their_own_options() -> None:
+    """Two runs in flight on one agent: run beta asks for its main answer while run alpha is
+    asking its shadow arm. Each request is built from its own options (the agent's for the
+    main answer, the arm's for the shadow); swapping the agent's answer options for the arm
+    (the old ``_shadow_answers``) gave beta's main answer alpha's arm options."""
+    import asyncio
+
+    from openai import AsyncOpenAI
+
+    from agent.loop import Agent
+    from agent.scripted import ScriptedModel, call, httpx
+    from agent.settings import AgentConfig, AnswerOptions
+    from agent.state import AgentState, FinalStep
+    from agent.tools import ToolRegistry
+
+    def weather(city: str) -> dict[str, object]:
+        """Weather.
+
+        Args:
+            city: the city
+        """
+        return {"city": city, "temperature": 18}
+
+    def reply(body: dict[str, object]) -> str:
+        system = str(body["messages"][0]["content"])  # type: ignore[index]
+        return "arm: 18 degrees" if "ARM-EXAMPLE" in system else "main: 18 degrees"
+
+    model = ScriptedModel([call("weather", city="Paris")], answer=reply)
+    alpha_in_shadow, beta_main_sent = asyncio.Event(), asyncio.Event()
+    steps: dict[str, int] = {}
+    finals: list[tuple[str, int, str]] = []  # (run, n-th final request of the run, system)
+
+    async def gated(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        run = request.headers["x-session-id"]
+        if body.get("response_format"):
+            n = 1 + sum(1 for r, _, _ in finals if r == run)
+            finals.append((run, n, str(body["messages"][0]["content"])))
+            if run == "alpha" and n == 2:  # alpha's shadow arm: in flight until beta asks
+                alpha_in_shadow.set()
+                await asyncio.wait_for(beta_main_sent.wait(), 10)
+            if run == "beta" and n == 1:
+                beta_main_sent.set()
+        else:
+            steps[run] = steps.get(run, 0) + 1
+            if run == "beta" and steps[run] == 2:  # beta's repeat (then its final) waits
+                await asyncio.wait_for(alpha_in_shadow.wait(), 10)
+        return model(request)
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(gated))
+    client = AsyncOpenAI(base_url="http://scripted/v1", api_key="k", http_client=http)
+    main = AnswerOptions(examples="MAIN-EXAMPLE")
+    arm = AnswerOptions(examples="ARM-EXAMPLE")
+    config = AgentConfig(answer=main, answer_arms=(("arm", arm),))
+    agent = Agent(client, "scripted-model", ToolRegistry([weather]), config)
+    goal = "How many degrees in Paris?"
+    alpha, beta = await asyncio.gather(
+        agent.run(goal, state=AgentState(goal=goal, run_id="alpha")),
+        agent.run(goal, state=AgentState(goal=goal, run_id="beta")),
+    )
+    assert alpha_in_shadow.is_set() and beta_main_sent.is_set()  # the runs did interleave
+    assert [(r, n) for r, n, _ in finals] == [("alpha", 1), ("alpha", 2), ("beta", 1), ("beta", 2)]
+    for run, n, system in finals:  # the main answer asked the agent's way, the arm its own
+        assert ("ARM-EXAMPLE" in system, "MAIN-EXAMPLE" in system) == (n == 2, n == 1), run
+    for result in (alpha, beta):
+        final = result.history[-1]
+        assert isinstance(final, FinalStep)
+        assert result.answer == "main: 18 degrees"
+        assert dict(final.arms) == {"arm": "arm: 18 degrees"}
+    assert agent.config.answer == main

@@ -13,7 +13,7 @@ from agent.context import (
 )
 from agent.loop import Agent
 from agent.scripted import Reply, ScriptedModel
-from agent.settings import Limits
+from agent.settings import AgentConfig, Limits
 from agent.state import AgentState, CompactionStep
 from agent.tools import ToolRegistry
 
@@ -64,7 +64,7 @@ async def test_compaction_keeps_pinned_facts_and_pairs() -> None:
         summary="looked up prices",
     )
     limits = Limits(context_tokens=450, keep_turns=2, max_steps=5)
-    agent = Agent(model.client(), "m", ToolRegistry([price]), limits=limits)
+    agent = Agent(model.client(), "m", ToolRegistry([price]), AgentConfig(limits))
     res = await agent.run("Price list please. My budget is 5000 EUR.")
     assert any(isinstance(s, CompactionStep) for s in res.history)
     last = model.chat_requests[-1]["messages"]

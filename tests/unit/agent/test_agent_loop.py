@@ -9,7 +9,7 @@ from typing import Any
 
 from agent.loop import Agent
 from agent.scripted import Reply, ScriptedModel, call, calls, text
-from agent.settings import Limits
+from agent.settings import AgentConfig, Limits
 from agent.state import FinalStep, LimitStep, ModelStep, ToolStep
 from agent.tools import ToolRegistry
 from agent.trace import load_trace
@@ -25,7 +25,9 @@ def weather(city: str) -> dict[str, Any]:
 
 
 def make(model: ScriptedModel, *fns: Any, **kw: Any) -> Agent:
-    return Agent(model.client(), "scripted-model", ToolRegistry(fns or [weather]), **kw)
+    return Agent(
+        model.client(), "scripted-model", ToolRegistry(fns or [weather]), AgentConfig(**kw)
+    )
 
 
 async def test_repeated_call_forces_final_answer_without_tools() -> None:
@@ -337,7 +339,7 @@ async def test_wall_clock_bounds_a_slow_model_despite_client_retries() -> None:
         max_retries=2,  # retries must not stretch the run past its wall clock
         http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(slow)),
     )
-    agent = Agent(client, "m", ToolRegistry([weather]), limits=Limits(wall_clock_s=0.5))
+    agent = Agent(client, "m", ToolRegistry([weather]), AgentConfig(Limits(wall_clock_s=0.5)))
     t0 = time.perf_counter()
     res = await agent.run("q")
     assert time.perf_counter() - t0 < 2

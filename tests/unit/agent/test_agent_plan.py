@@ -8,7 +8,7 @@ from typing import Any
 
 from agent.loop import Agent
 from agent.scripted import ScriptedModel, call, text
-from agent.settings import Limits
+from agent.settings import AgentConfig, Limits
 from agent.state import PlanStep
 from agent.tools import ToolRegistry
 from agent.trace import load_trace
@@ -47,7 +47,8 @@ THREE = {
 
 def make(model: ScriptedModel, plan: str = "always", **limits: Any) -> Agent:
     reg = ToolRegistry([region_sales, worst_month])
-    return Agent(model.client(), "scripted-model", reg, plan=plan, limits=Limits(**limits))  # type: ignore[arg-type]
+    config = AgentConfig(plan=plan, limits=Limits(**limits))  # type: ignore[arg-type]
+    return Agent(model.client(), "scripted-model", reg, config)
 
 
 def system_of(body: dict[str, Any]) -> str:

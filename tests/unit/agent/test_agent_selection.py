@@ -7,6 +7,7 @@ from typing import Any
 from agent.loop import Agent
 from agent.scripted import ScriptedModel, call, text
 from agent.selection import MORE_TOOLS, ToolSelection
+from agent.settings import AgentConfig
 from agent.state import FinalStep, ToolStep
 from agent.tools import ToolRegistry
 
@@ -56,7 +57,7 @@ def names(request: dict[str, Any]) -> list[str]:
 
 
 def make(model: ScriptedModel, **kw: Any) -> Agent:
-    return Agent(model.client(), "scripted-model", ToolRegistry(TOOLS), **kw)
+    return Agent(model.client(), "scripted-model", ToolRegistry(TOOLS), AgentConfig(**kw))
 
 
 GOAL = "What is the weather in Paris city?"

@@ -15,7 +15,7 @@ import pytest
 
 from agent.loop import Agent
 from agent.scripted import ScriptedModel, call, calls, text
-from agent.settings import Limits
+from agent.settings import AgentConfig, Limits
 from agent.state import RunResult, ToolStep
 from agent.team import Worker, worker_tools
 from agent.tools import ToolRegistry
@@ -54,7 +54,7 @@ def worker(name: str, model: ScriptedModel, *fns: Any, **kw: Any) -> Worker:
 def coordinator(model: ScriptedModel, workers: list[Worker], *fns: Any, **kw: Any) -> Agent:
     reg = ToolRegistry(list(fns))
     reg.add_all(worker_tools(workers), group="workers")
-    return Agent(model.client(), "scripted-model", reg, **kw)
+    return Agent(model.client(), "scripted-model", reg, AgentConfig(**kw))
 
 
 def tool_steps(result: RunResult) -> list[ToolStep]:

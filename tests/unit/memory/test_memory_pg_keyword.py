@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 
+from bench.memory.local_postgres import LocalPostgres
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.pg_ledger import PgLedger
-from memory.pg_schema import MIGRATIONS, SET_SCOPE
-from memory.pg_server import LocalPostgres
+from memory.ledger.postgres import PostgresLedger
+from memory.ledger.postgres_schema import MIGRATIONS, SET_SCOPE
 from memory.records import Scope
 
 
@@ -26,7 +26,7 @@ def _records_read(plan: dict[str, Any]) -> int:
     return n + sum(_records_read(p) for p in plan.get("Plans", []))
 
 
-def _explained_keyword(ledger: PgLedger, scope: Scope, terms: list[str]) -> dict[str, Any]:
+def _explained_keyword(ledger: PostgresLedger, scope: Scope, terms: list[str]) -> dict[str, Any]:
     """EXPLAIN ANALYZE of exactly the SQL ``ledger.keyword`` runs, under the same scope."""
     seen: list[tuple[str, Any, str, dict[str, Any]]] = []
     real = ledger._rows
@@ -58,7 +58,7 @@ async def test_keyword_reads_only_matching_records(postgres: LocalPostgres, tmp_
     await st.add_many(texts, user_id="u", check_conflicts=False)
     await st.add("zanzibar is where Bob goes diving", user_id="other")
     ledger = st.ledger
-    assert isinstance(ledger, PgLedger)
+    assert isinstance(ledger, PostgresLedger)
     hits = ledger.keyword(Scope("u"), ["zanzibar"], 24)
     got = {r.text for r in ledger.by_rowids([h for h, _ in hits], Scope("u")).values()}
     assert got == {texts[17], texts[430]}  # the other user's match is out of scope
@@ -89,7 +89,7 @@ async def test_postings_follow_writes_and_the_v1_upgrade(
     )
     await st.open()  # migrates to the current schema: postings back-filled
     ledger = st.ledger
-    assert isinstance(ledger, PgLedger)
+    assert isinstance(ledger, PostgresLedger)
     assert [r for r, _ in ledger.keyword(Scope("u"), ["quokka"], 5)] == [1]
     new = await st.add("a quokka selfie is a Rottnest tradition", user_id="u")
     rowid = (await st.get(new, user_id="u")).rowid

@@ -2,8 +2,8 @@
 1): the ledger refuses a role that row-level security does not bind (a superuser, or
 BYPASSRLS) unless LOOPSTACK_MEMORY_ALLOW_NO_RLS says otherwise, and the init SQL the deploy
 manifests give the official postgres image makes the ordinary app role the workers use.
-A real PostgreSQL (``memory.pg_server``) runs here; the SQL runs through the real ``psql``
-as the image's entrypoint runs it."""
+A real PostgreSQL (``bench.memory.local_postgres``) runs here; the SQL runs through the real
+``psql`` as the image's entrypoint runs it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bench.memory.local_postgres import LocalPostgres
 from memory import AsyncMemoryStore, HashingEmbedder, LoopstackMemoryError, MemorySettings
 from memory.exceptions import LedgerError, RowSecurityError
-from memory.pg_ledger import PgLedger
-from memory.pg_server import LocalPostgres
+from memory.ledger.postgres import PostgresLedger
 
 ROOT = Path(__file__).resolve().parents[3]
 INIT_SQL = ROOT / "deploy/k8s/agent-memory/initdb/10-app-role.sql"
@@ -46,7 +46,7 @@ def test_the_ledger_refuses_a_superuser_before_creating_anything(
 ) -> None:
     url = database_for(postgres, "rls_superuser", "postgres")
     with pytest.raises(RowSecurityError, match="superuser") as info:
-        PgLedger(url)
+        PostgresLedger(url)
     assert isinstance(info.value, LedgerError | LoopstackMemoryError)
     assert "LOOPSTACK_MEMORY_ALLOW_NO_RLS" in str(info.value)
     assert tables(postgres, "rls_superuser") == set()  # nothing created as the superuser
@@ -56,7 +56,7 @@ def test_the_ledger_refuses_a_bypassrls_role(postgres: LocalPostgres) -> None:
     admin(postgres, "CREATE ROLE bypasser LOGIN NOSUPERUSER BYPASSRLS")
     url = database_for(postgres, "rls_bypass", "bypasser")
     with pytest.raises(RowSecurityError, match="BYPASSRLS"):
-        PgLedger(url)
+        PostgresLedger(url)
 
 
 async def test_the_store_surfaces_the_refusal(postgres: LocalPostgres, tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ async def test_allow_no_rls_opens_with_a_warning(
     settings = MemorySettings(index_dir=tmp_path / "replica")
     assert settings.allow_no_rls is True
     st = AsyncMemoryStore(url, embedder=HashingEmbedder(), settings=settings)
-    with caplog.at_level(logging.WARNING, logger="memory.pg_ledger"):
+    with caplog.at_level(logging.WARNING, logger="memory.ledger.postgres"):
         await st.add("Alice likes tea", user_id="alice")
     assert (await st.stats())["rls"] is False
     assert any("row-level security does not apply" in r.getMessage() for r in caplog.records)
@@ -113,7 +113,7 @@ def test_the_deploy_init_sql_makes_an_ordinary_owner_role(postgres: LocalPostgre
         ).fetchone()
     assert role == (False, False, True, False, True)
     assert owner == ("memapp",)
-    ledger = PgLedger(f"postgresql://memapp@127.0.0.1:{postgres.port}/initdb_app")
+    ledger = PostgresLedger(f"postgresql://memapp@127.0.0.1:{postgres.port}/initdb_app")
     try:
         assert ledger.row_security is True
     finally:
@@ -127,7 +127,7 @@ def test_the_init_sql_demotes_an_old_superuser_app_role(postgres: LocalPostgres)
     env = {"MEMORY_APP_USER": "oldapp", "MEMORY_APP_PASSWORD": "pw"}
     out = run_init_sql(postgres, "initdb_old", env)
     assert out.returncode == 0, out.stdout + out.stderr
-    ledger = PgLedger(f"postgresql://oldapp@127.0.0.1:{postgres.port}/initdb_old")
+    ledger = PostgresLedger(f"postgresql://oldapp@127.0.0.1:{postgres.port}/initdb_old")
     assert ledger.row_security is True
     ledger.close()
 

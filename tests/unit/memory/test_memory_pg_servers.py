@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from bench.memory.local_postgres import LocalPostgres
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Scope
-from memory.pg_server import LocalPostgres
 
 APP = Path(__file__).with_name("memory_pg_app.py")
 WRITES = 16  # per server: enough for duplicates and supersedes across servers, and fast

@@ -1,4 +1,5 @@
-"""A throwaway local PostgreSQL server, for the tests and benchmarks of the Postgres ledger.
+"""A throwaway local PostgreSQL server, for the tests and benchmarks of the Postgres ledger
+(``tests/unit/memory``, ``bench.memory.postgres``); no product command uses it.
 
 ``LocalPostgres`` runs ``initdb`` in a temporary folder, starts the server on a free port
 (TCP on 127.0.0.1 plus a Unix socket in the folder), creates an ordinary login role

@@ -1,18 +1,17 @@
-"""Writing transactions of the Postgres ledger (``memory.pg_ledger``).
+"""Writing transactions of the Postgres ledger (``memory.ledger.postgres``).
 
-``PgTransaction`` checks a connection out of the pool, runs one transaction under the
-maintenance scope (or one user's, after ``PgTx.lock_scope``), and at commit appends the
+``PostgresTransaction`` checks a connection out of the pool, runs one transaction under the
+maintenance scope (or one user's, after ``PostgresTx.lock_scope``), and at commit appends the
 buffered change-log entries through the ``change_seq`` counter row and sends the NOTIFY that
 wakes other app servers' replicas.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import psycopg
@@ -20,12 +19,22 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memory.embedding import Vectors
 from memory.exceptions import LedgerError
-from memory.pg_schema import ALL, CHANNEL, SET_SCOPE
+from memory.ledger.common import (
+    COLUMNS,
+    INSERT_COLUMNS,
+    POSTGRES,
+    NewRecord,
+    SqlTx,
+    check_vectors,
+    insert_values,
+    row_to_record,
+    texts_by_user,
+)
+from memory.ledger.postgres_schema import ALL, CHANNEL, SET_SCOPE
 from memory.pipeline import doc_terms
 from memory.records import EventKind, Record
-from memory.schema import COLUMNS, NewRecord, new_id, row_to_record
 
-__all__ = ["PgTransaction", "PgTx", "errors"]
+__all__ = ["PostgresTransaction", "PostgresTx", "errors"]
 
 
 def errors(what: str) -> Callable[[BaseException], LedgerError]:
@@ -37,15 +46,17 @@ def errors(what: str) -> Callable[[BaseException], LedgerError]:
     return wrap
 
 
-class PgTx:
+class PostgresTx(SqlTx):
     """Writes (and the reads decisions need) inside one Postgres transaction. Change-log
     entries and keyword document-frequency deltas are buffered and written at commit (see
-    :class:`PgTransaction`).
+    :class:`PostgresTransaction`).
 
     Writes whose result nobody reads (``send``) go out in pipeline mode: a run of them costs
     no round trip of its own, it travels with the next read (``cur`` sends and checks them
     first, so a read always sees them and their errors surface before it), or the commit.
     """
+
+    dialect = POSTGRES
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
@@ -82,13 +93,20 @@ class PgTx:
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("memory:" + user_id,)
         )
 
-    def _one(self, sql: str, params: Sequence[Any]) -> Record | None:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         self.cur.execute(sql, params)
-        row = self.cur.fetchone()
-        return None if row is None else row_to_record(row)
+        return self.cur.rowcount
 
-    def get(self, record_id: str) -> Record | None:
-        return self._one(f"SELECT {COLUMNS} FROM records WHERE id = %s", (record_id,))
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self.cur.execute(sql, params)
+        return self.cur.fetchall()
+
+    def many(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        self.cur.executemany(sql, params)
+
+    def log_change(self, op: Literal["add", "del"], rowid: int, user_id: str) -> None:
+        """Buffered until commit (:meth:`flush_changes`)."""
+        self.changes.append((op, rowid, user_id))
 
     def by_fingerprints(self, user_id: str, fingerprints: Sequence[str]) -> dict[str, Record]:
         if not fingerprints:
@@ -100,16 +118,6 @@ class PgTx:
             (user_id, list(fingerprints)),
         )
         return {str(r[0]): row_to_record(r[1:]) for r in self.cur.fetchall()}
-
-    def active(self, rowids: Sequence[int], user_id: str) -> dict[int, Record]:
-        if not rowids:
-            return {}
-        self.cur.execute(
-            f"SELECT {COLUMNS} FROM records WHERE rowid = ANY(%s) "
-            "AND user_id = %s AND superseded_by IS NULL",
-            (list(rowids), user_id),
-        )
-        return {int(r[0]): row_to_record(r) for r in self.cur.fetchall()}
 
     def count_terms(self, user_id: str, texts: Sequence[str], delta: int) -> None:
         """Buffered: updating the same ``user_terms`` row once per superseded record made a
@@ -148,38 +156,12 @@ class PgTx:
                 )
 
     def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
-        if len(records) != len(vectors):
-            raise LedgerError("one vector per record is required")
+        check_vectors(records, vectors)
         if not records:
             return []
-        for rec in records:
-            rec.id = rec.id or new_id()
-        cols = list(
-            zip(
-                *[
-                    (
-                        r.id,
-                        r.scope.user_id,
-                        r.scope.agent_id,
-                        r.scope.session_id,
-                        r.text,
-                        r.type.value,
-                        r.source.value,
-                        r.confidence,
-                        r.created_at,
-                        r.weight,
-                        json.dumps(r.evidence),
-                        r.fingerprint,
-                        r.mentions,
-                    )
-                    for r in records
-                ],
-                strict=True,
-            )
-        )
+        cols = list(zip(*[insert_values(r) for r in records], strict=True))
         self.cur.execute(
-            "INSERT INTO records (id, user_id, agent_id, session_id, text, type, source,"
-            " confidence, created_at, weight, evidence, fingerprint, mentions) SELECT * FROM"
+            f"INSERT INTO records ({INSERT_COLUMNS}) SELECT * FROM"
             " unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
             " %s::text[], %s::float8[], %s::float8[], %s::float8[], %s::text[], %s::text[],"
             " %s::int[]) RETURNING id, rowid",
@@ -196,47 +178,11 @@ class PgTx:
                 [np.asarray(v, dtype=np.float32).tobytes() for v in vectors],
             ),
         )
-        self.changes += [
-            ("add", rowid, r.scope.user_id) for (_, rowid), r in zip(out, records, strict=True)
-        ]
-        by_user: dict[str, list[str]] = {}
-        for rec in records:
-            by_user.setdefault(rec.scope.user_id, []).append(rec.text)
-        for user_id, texts in by_user.items():
+        for (_, rowid), r in zip(out, records, strict=True):
+            self.log_change("add", rowid, r.scope.user_id)
+        for user_id, texts in texts_by_user(records).items():
             self.count_terms(user_id, texts, +1)
         return out
-
-    def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
-        self.send("UPDATE records SET superseded_by = %s WHERE id = %s", (new_id_, old.id))
-        self.changes.append(("del", old.rowid, old.user_id))
-        self.count_terms(old.user_id, [old.text], -1)
-        self.event(old.id, "contradicted", detail or f"superseded by {new_id_}")
-
-    def delete(self, records: Iterable[Record]) -> int:
-        n = 0
-        for rec in records:
-            self.send("DELETE FROM records WHERE rowid = %s", (rec.rowid,))
-            self.send("DELETE FROM events WHERE record_id = %s", (rec.id,))
-            if rec.superseded_by is None:
-                self.changes.append(("del", rec.rowid, rec.user_id))
-                self.count_terms(rec.user_id, [rec.text], -1)
-            n += 1
-        return n
-
-    def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
-        self.send(
-            "UPDATE records SET mentions = mentions + 1, weight = greatest(weight, "
-            "coalesce(%s, weight)) WHERE id = %s",
-            (weight, record_id),
-        )
-
-    def confirm(self, rec: Record, evidence: Sequence[str], confidence: float, detail: str) -> None:
-        merged = list(dict.fromkeys([*rec.evidence, *evidence]))
-        self.send(
-            "UPDATE records SET evidence = %s, confidence = greatest(confidence, %s) WHERE id = %s",
-            (json.dumps(merged), confidence, rec.id),
-        )
-        self.event(rec.id, "confirmed", detail)
 
     def event(self, record_id: str, kind: EventKind, detail: str) -> None:
         self.send(
@@ -266,19 +212,19 @@ class PgTx:
         self.sync()
 
 
-class PgTransaction:
+class PostgresTransaction:
     """``with ledger.write() as tx``: a pooled connection, BEGIN, COMMIT or ROLLBACK."""
 
     def __init__(self, pool: ConnectionPool[Any]) -> None:
         self._pool = pool
         self._conn: psycopg.Connection[Any] | None = None
 
-    def __enter__(self) -> PgTx:
+    def __enter__(self) -> PostgresTx:
         for attempt in (1, 2):  # a connection that died with a server restart: once more
             try:
                 self._conn = self._pool.getconn()
                 self._conn.execute(SET_SCOPE, (ALL,))
-                self._tx = PgTx(self._conn)
+                self._tx = PostgresTx(self._conn)
                 return self._tx
             except psycopg.OperationalError as exc:
                 self._release()

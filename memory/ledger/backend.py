@@ -1,8 +1,9 @@
 """The ledger seam: what the store, its writer, reader and replica need from a ledger.
 
-Two ledgers implement it: :class:`memory.ledger.Ledger` (one SQLite file, the embedded
-default) and :class:`memory.pg_ledger.PgLedger` (one PostgreSQL database shared by many app
-servers). :func:`open_ledger` picks one from a location: a path, or a
+Two ledgers implement it: :class:`memory.ledger.sqlite.SqliteLedger` (one SQLite file, the
+embedded default) and :class:`memory.ledger.postgres.PostgresLedger` (one PostgreSQL
+database shared by many app servers); what they share is written once in
+``memory.ledger.common``. :func:`open_ledger` picks one from a location: a path, or a
 ``postgresql://`` URL.
 
 Both keep the same contract (the store, recall and trust suites under ``tests/unit/memory``
@@ -21,17 +22,15 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
 from memory.embedding import Vectors
+from memory.ledger.common import Change, NewRecord
 from memory.records import EventKind, MemoryType, Record, Scope, TrustEvent
-from memory.schema import Change, NewRecord
 
 __all__ = [
     "LedgerBackend",
     "LedgerTx",
-    "WriteShortcuts",
     "is_url",
+    "open_ledger",
     "redact_url",
     "url_key",
 ]
@@ -133,48 +132,13 @@ class LedgerBackend(Protocol):
     def stats(self) -> dict[str, Any]: ...
 
 
-class WriteShortcuts:
-    """Single writes, each its own ``write()`` transaction: shared by both ledgers."""
-
-    def write(self) -> AbstractContextManager[LedgerTx]:
-        raise NotImplementedError
-
-    def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
-        """Insert records with their vectors in one transaction; returns (id, rowid)."""
-        with self.write() as tx:
-            return tx.insert(records, vectors)
-
-    def supersede(self, old: Record, new_id_: str, detail: str = "") -> None:
-        with self.write() as tx:
-            tx.supersede(old, new_id_, detail)
-
-    def delete(self, records: Iterable[Record]) -> int:
-        with self.write() as tx:
-            return tx.delete(records)
-
-    def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
-        with self.write() as tx:
-            tx.bump_mentions(record_id, weight=weight)
-
-
-def group_by_user(rows: Sequence[tuple[Any, ...]], dim: int) -> Iterator[tuple[str, Any, Vectors]]:
-    """(rowid, user_id, vector bytes) rows -> (user_id, rowids, vectors) per user."""
-    by_user: dict[str, list[tuple[int, bytes]]] = {}
-    for rowid, user_id, blob in rows:
-        by_user.setdefault(str(user_id), []).append((int(rowid), bytes(blob)))
-    for user_id, items in by_user.items():
-        ids = np.fromiter((i for i, _ in items), dtype=np.int64, count=len(items))
-        vecs = np.frombuffer(b"".join(b for _, b in items), dtype=np.float32)
-        yield user_id, ids, vecs.reshape(len(items), dim)
-
-
 def open_ledger(location: str | Path, *, allow_no_rls: bool = False) -> LedgerBackend:
     """A SQLite ledger for a path, a Postgres ledger for a ``postgresql://`` URL (which
     refuses a role that bypasses row-level security unless ``allow_no_rls``)."""
     if is_url(location):
-        from memory.pg_ledger import PgLedger  # psycopg is only imported when used
+        from memory.ledger.postgres import PostgresLedger  # psycopg only imported when used
 
-        return PgLedger(str(location), allow_no_rls=allow_no_rls)
-    from memory.ledger import Ledger
+        return PostgresLedger(str(location), allow_no_rls=allow_no_rls)
+    from memory.ledger.sqlite import SqliteLedger
 
-    return Ledger(location)
+    return SqliteLedger(location)
