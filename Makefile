@@ -118,8 +118,9 @@ test-integration: install
 BENCH_URL ?= http://127.0.0.1:8000/v1
 BENCH_KEY ?= $(or $(LOOPSTACK_API_KEY),EMPTY)
 bench: install
-	$(BIN)/loopstack bench agents --base-url $(BENCH_URL) --api-key $(BENCH_KEY) --agents 1,4,16 \
-	  --tasks-per-agent 1 --max-level-s 180 --out bench/results/agents
+	$(BIN)/loopstack bench agents --base-url $(BENCH_URL) --api-key $(BENCH_KEY) \
+	  --agents 1,4,8,12,16 --tasks-per-agent 3 --prewarm --holdout 8,12 --max-level-s 600 \
+	  --out bench/results/agents
 
 bench-serving: install
 	$(BIN)/loopstack bench serving validity --limit 60

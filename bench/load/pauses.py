@@ -12,8 +12,8 @@ bounds the working set: agents x context tokens beyond it must evict.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 

@@ -48,3 +48,40 @@ def test_two_agents_one_task_against_the_server(server: object, tmp_path: Path) 
     assert s.cache.queries is not None and s.cache.queries > 0  # vLLM's counters moved
     paths = write_report(res, tmp_path)
     assert (tmp_path / "report.html").stat().st_size > 10_000 and len(paths) == 8
+
+
+def test_plan_checked_on_a_level_it_did_not_see(server: object, tmp_path: Path) -> None:
+    """A small real sweep (1 and 2 agents), the replica model fitted on one agent and asked
+    for two: the prediction error is a number, the report names it and its assumptions.
+    No bound on the error here: two steps per agent cannot measure a p95 (the bench does)."""
+    from bench.load.modelled import ModelPlanOptions, model_plan
+
+    sc = load_scenario()
+    sc = sc.model_validate(
+        sc.model_dump()
+        | {
+            "max_tokens": 32,
+            "tool_latency": {"default": {"kind": "fixed", "value": 0.05}},
+            "tasks": [
+                t.model_dump() | {"steps": 2, "tools": ["search_code"]} for t in sc.tasks[:2]
+            ],
+        }
+    )
+    base = server.base_url + "/v1"  # type: ignore[attr-defined]
+    cfg = SweepConfig(levels=[1, 2], tasks_per_agent=1, max_level_s=200, prewarm=True)
+    res = asyncio.run(run_sweep([TargetConfig("ours", base, API_KEY)], sc, cfg))
+    assert any("prewarm" in n for n in res.notes)
+    assert all(lv.summary.errors == 0 for lv in res.levels)
+    # the engine's histograms moved at the fit level: the fit starts from them
+    assert res.levels[0].summary.engine.get("decode_s")
+    opts = ModelPlanOptions(fit=[1], holdout=[2], agents=10, slo_p95_step_s=60)
+    lines = model_plan(res, opts)
+    assert res.validation is not None and res.capacity is not None
+    held = next(r for r in res.validation.rows if r.role == "holdout")
+    assert held.agents == 2 and held.error("steps_per_s") is not None
+    assert held.predicted_p50_s is not None and held.predicted_p50_s > 0
+    assert any("worst held-out error on steps/s" in line for line in lines)
+    write_report(res, tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert "Measured prediction error on held-out levels [2]" in page
+    assert "The model assumes:" in page

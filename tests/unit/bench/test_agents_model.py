@@ -339,6 +339,7 @@ def test_pause_sweep_tabulates_hit_rate_per_pause_and_level(tmp_path: Path) -> N
     from tests.unit.bench.test_agents_harness import SCENARIO, FakeServer, httpx
 
     server = FakeServer()
+
     def http() -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.MockTransport(server))
 
