@@ -157,10 +157,11 @@ def _model_html(result: RunResult) -> list[str]:
     parts = ["<h2 id='modelled-plan'>Modelled plan, checked against measurement</h2>"]
     v = result.validation
     if v:
-        worst = [f"{label} {_pct(w)}" for what, label in WORST if (w := v.worst(what)) is not None]
+        worst = [f"{label} {w:.1%}" for what, label in WORST if (w := v.worst(what)) is not None]
         parts += [
             f"<p><b>Measured prediction error on held-out levels {h(str(v.holdout_levels))}: "
-            f"{h(', '.join(worst) or 'no held-out level')}</b> (worst absolute error; the model "
+            f"{h(', '.join(worst) or 'no held-out level')}</b> (worst absolute error; signed "
+            "errors in the table; the model "
             f"was fitted on {h(str(v.fit_levels))} agents, RMS fit error {v.fit_error:.1%}).</p>",
             _table(
                 ["agents", "role", "warm steps", "p50 s measured", "p50 s predicted", "error",
