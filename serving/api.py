@@ -1,61 +1,34 @@
-"""The HTTP router: thin. Auth, admission, error mapping and disconnect handling live here;
-what a request means lives in `serving.chat` / `serving.embeddings`."""
+"""The app: `build_app` puts the serving objects on ``app.state``, includes the routes
+(`serving.routes`: a module-level router, one handler per endpoint, disconnects cancel the
+generation) and wraps them in what every request goes through - auth and the body limit
+(`serving.limits.EdgeGuard`), trace ids with request metrics and access log
+(`TraceMiddleware`), and the exception handlers that answer every error with the OpenAI
+error body (`serving.exceptions.error_body`)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
-import json
 import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serving.admission import Admission
-from serving.chat import RESPONSE_HEADERS, ChatService
-from serving.embeddings import MINILM_NAMES, EmbeddingService
-from serving.engine import ENGINE_RETRY_AFTER_S, Engine, session_key_var
-from serving.exceptions import ModelNotFound, ServingError, error_body
-from serving.limits import EdgeGuard, Limits, check_chat, check_completion, check_embeddings
+from serving.exceptions import ServingError, error_body
+from serving.limits import EdgeGuard
 from serving.metrics import Metrics
-from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from serving.routes import AppState, router
+
+__all__ = ["AppState", "TraceIdFilter", "TraceMiddleware", "build_app", "trace_id_var"]
 
 logger = logging.getLogger(__name__)
-_ERROR_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "error": {
-            "type": "object",
-            "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "integer", "null"]},
-            },
-            "required": ["message", "type", "param", "code"],
-        }
-    },
-    "required": ["error"],
-}
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"description": what, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
-    for status, what in [
-        (400, "Invalid request"),
-        (401, "Missing or wrong API key"),
-        (404, "Unknown model"),
-        (413, "Request body too large"),
-        (429, "Overloaded; see Retry-After"),
-    ]
-}
 trace_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="-")
 
 
@@ -121,192 +94,70 @@ class TraceMiddleware:
             trace_id_var.reset(token)
 
 
-@dataclass
-class AppState:
-    engine: Engine
-    chat: ChatService
-    embeddings: EmbeddingService
-    metrics: Metrics
-    admission: Admission
-    model_name: str
-    api_key: str | None = None
-    max_model_len: int | None = None
-    limits: Limits = field(default_factory=Limits)
+# --------------------------------------------------------------------------- error answers
+async def serving_error(_: Request, exc: ServingError) -> JSONResponse:
+    """Our errors answer with their own status and body, and ``Retry-After`` if they have one."""
+    retry = getattr(exc, "retry_after_s", None)  # Overloaded (429), EngineUnavailable (503)
+    headers = {"Retry-After": str(retry)} if retry is not None else None
+    if exc.status_code >= 500:
+        logger.error("%s: %s", type(exc).__name__, exc.message)
+    return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=headers)
+
+
+async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    """A body that does not parse or validate: one 400 naming the first bad field as `param`
+    and up to five problems in the message."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        message = "We could not parse the JSON body of your request."
+    else:
+        message = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
+            for e in errors[:5]
+        )
+    body = error_body(message, type_="invalid_request_error", code=400, param=".".join(loc) or None)
+    return JSONResponse(body, status_code=400)
+
+
+async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """The framework's own answers (unknown route, wrong method) in the same error body."""
+    body = error_body(str(exc.detail), type_="invalid_request_error", code=exc.status_code)
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+    """A bug: logged with its traceback, answered with a 500 that tells the client nothing."""
+    logger.exception("unhandled error")
+    return JSONResponse(
+        error_body("internal error", type_="server_error", code=500), status_code=500
+    )
+
+
+_ErrorAnswer = Callable[[Request, Any], Coroutine[Any, Any, Response]]
+ERROR_ANSWERS: dict[int | type[Exception], _ErrorAnswer] = {
+    ServingError: serving_error,
+    RequestValidationError: validation_error,
+    StarletteHTTPException: http_error,
+    Exception: unexpected,
+}
 
 
 def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
-    app = FastAPI(title="loopstack", version="0.1.0", lifespan=lifespan)
+    """The app: `state` on ``app.state.loopstack``, the routes of `serving.routes.router`,
+    the middleware and the exception handlers."""
+    app = FastAPI(
+        title="loopstack", version="0.1.0", lifespan=lifespan, exception_handlers=ERROR_ANSWERS
+    )
     app.state.loopstack = state
-    # Pure ASGI middlewares: @app.middleware("http") would wrap `receive` and hide client
-    # disconnects from request.is_disconnected(), so aborts would never happen. The last one
-    # added runs first: trace ids and metrics see every answer, the guard's 401/413 too.
+    app.include_router(router)
+    # Pure ASGI middlewares: @app.middleware("http") would wrap `receive` and keep client
+    # disconnects from the routes' `with_cancellation`, so aborts would never happen. The
+    # last one added runs first: trace ids and metrics see every answer, the guard's 401/413
+    # too.
     app.add_middleware(
         EdgeGuard, api_key=state.api_key, max_request_bytes=state.limits.max_request_bytes
     )
     app.add_middleware(TraceMiddleware, metrics=state.metrics)
-    limits = state.limits
-
-    def check_model(name: str) -> None:
-        if name != state.model_name:
-            raise ModelNotFound(name)
-
-    @app.exception_handler(ServingError)
-    async def serving_error(_: Request, exc: ServingError) -> JSONResponse:
-        retry = getattr(exc, "retry_after_s", None)  # Overloaded (429), EngineUnavailable (503)
-        headers = {"Retry-After": str(retry)} if retry is not None else None
-        if exc.status_code >= 500:
-            logger.error("%s: %s", type(exc).__name__, exc.message)
-        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = errors[0] if errors else {}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        if first.get("type") == "json_invalid":
-            message = "We could not parse the JSON body of your request."
-        else:
-            message = "; ".join(
-                f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
-                for e in errors[:5]
-            )
-        body = error_body(
-            message, type_="invalid_request_error", code=400, param=".".join(loc) or None
-        )
-        return JSONResponse(body, status_code=400)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        body = error_body(str(exc.detail), type_="invalid_request_error", code=exc.status_code)
-        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error")
-        return JSONResponse(
-            error_body("internal error", type_="server_error", code=500), status_code=500
-        )
-
-    # -- routes -------------------------------------------------------------------------
-    @app.get("/health")
-    async def health() -> Response:
-        ok = await state.engine.healthy()
-        headers = None if ok else {"Retry-After": str(ENGINE_RETRY_AFTER_S)}
-        return JSONResponse(
-            {"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503,
-            headers=headers,
-        )  # fmt: skip
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        ours = state.metrics.render().decode()
-        return PlainTextResponse(ours + await state.engine.metrics_text())
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        now = int(time.time())
-        llm: dict[str, Any] = {"id": state.model_name, "object": "model", "created": now}
-        llm.update(owned_by="loopstack", max_model_len=state.max_model_len)
-        emb = {"id": state.embeddings.model_name, "object": "model", "created": now}
-        emb["owned_by"] = "loopstack"
-        return {"object": "list", "data": [llm, emb]}
-
-    @app.post("/v1/chat/completions", responses=ERROR_RESPONSES)
-    async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
-        check_model(req.model)
-        check_chat(req, limits, state.max_model_len)
-        bind_session(request, req.model_extra)
-        return await _generate(request, lambda: state.chat.create(req))
-
-    @app.post("/v1/completions", responses=ERROR_RESPONSES)
-    async def completions(req: CompletionRequest, request: Request) -> Response:
-        check_model(req.model)
-        check_completion(req, limits, state.max_model_len)
-        bind_session(request, req.model_extra)
-        body = req.model_dump(exclude_none=True)
-        body["model"] = state.engine.model_name
-
-        async def run() -> dict[str, Any] | AsyncIterator[bytes]:
-            send = await state.chat.admit_completion(body)  # client constraints: probed or 400
-            if req.stream:
-                return _relay(state.engine.stream("/v1/completions", send))
-            return await state.engine.post("/v1/completions", send)
-
-        return await _generate(request, run)
-
-    @app.post("/v1/embeddings", responses=ERROR_RESPONSES)
-    async def embeddings(req: EmbeddingRequest) -> dict[str, Any]:
-        if req.model != state.embeddings.model_name and not (
-            req.model in MINILM_NAMES and state.embeddings.model_name in MINILM_NAMES
-        ):
-            raise ModelNotFound(req.model)
-        texts = check_embeddings(req, limits)
-        async with state.admission.slot():
-            return await state.embeddings.create(req, texts)
-
-    async def _generate(
-        request: Request, make: Callable[[], Awaitable[dict[str, Any] | AsyncIterator[bytes]]]
-    ) -> Response:
-        """Run a generation in an admission slot; abort it if the client goes away."""
-        slot = state.admission.slot()
-        await slot.__aenter__()
-        released = False
-        headers: dict[str, str] = {}  # filled by the handler (`serving.chat.RESPONSE_HEADERS`)
-        token = RESPONSE_HEADERS.set(headers)
-        try:
-            task = asyncio.ensure_future(make())  # copies the context: the same dict
-            while not task.done():
-                done, _ = await asyncio.wait({task}, timeout=0.5)
-                if not done and await request.is_disconnected():
-                    task.cancel()
-                    state.metrics.aborted.inc()
-                    return Response(status_code=499)
-            result = task.result()
-            if isinstance(result, dict):
-                return JSONResponse(result, headers=headers or None)
-            first = await anext(result, None)  # surfaces upstream 4xx before headers go out
-            released = True
-            return StreamingResponse(
-                _stream_in_slot(first, result, slot),
-                media_type="text/event-stream",
-                headers=headers or None,
-            )
-        finally:
-            RESPONSE_HEADERS.reset(token)
-            if not released:
-                await slot.__aexit__(None, None, None)
-
-    async def _stream_in_slot(
-        first: bytes | None, rest: AsyncIterator[bytes], slot: Any
-    ) -> AsyncIterator[bytes]:
-        finished = False
-        try:
-            if first is not None:
-                yield first
-            async for chunk in rest:
-                yield chunk
-            finished = True
-        except ServingError as exc:  # headers are out: report in-band, as OpenAI does
-            finished = True
-            yield b"data: " + json.dumps(exc.to_body()).encode() + b"\n\n"
-            yield b"data: [DONE]\n\n"
-        finally:
-            if not finished:
-                state.metrics.aborted.inc()
-            aclose = getattr(rest, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            await slot.__aexit__(None, None, None)
-
     return app
-
-
-def bind_session(request: Request, extra: dict[str, Any] | None) -> None:
-    """The session key engine calls carry (`x-session-id` header, else the OpenAI `user`)."""
-    user = (extra or {}).get("user")
-    session_key_var.set(request.headers.get("x-session-id") or (str(user) if user else None))
-
-
-async def _relay(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for line in lines:
-        yield line + b"\n\n"

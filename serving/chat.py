@@ -2,21 +2,25 @@
 
 Requests without tools (or with ``tool_choice="none"``) go to vLLM's own chat endpoint
 unchanged, except that every client constraint (``response_format``, ``structured_outputs``)
-is admitted like a tool schema first. Requests that may call tools take our path, in
-``auto``, ``required`` and named modes, streamed or whole:
+is admitted through the constraint backend first (`serving.client_constraints`) and an
+output that fails its schema is generated again (`REGENERATE`). Requests that may call
+tools take our path, in ``auto``, ``required`` and named modes, streamed or whole, in one
+pipeline:
 
-* with a grammar backend (``guidance``, the default, or ``xgrammar``;
-  `serving.constraint_backend`), the whole turn - text, then one or more calls, each under
-  its tool's schema - is **one engine request** under one constraint, read back by
-  `serving.turn`;
-* with ``outlines``, the older path: a call in two requests (head, then arguments), ``auto``
-  by watching free text (`serving.backend_outlines`);
-* unconstrained (``extra_body={"loopstack": {"constrained": false}}``, the benchmarks'
-  baseline): no grammar, calls read leniently from the text.
+1. the tools, ranked (``loopstack.tool_rank``) and admitted by the backend
+   (`ConstraintBackend.tool_schema`: checked, repaired where a schema has one reading);
+2. the plan (`ToolPlan`): mode, rendered prompt, sampling, the calls already answered
+   (``loopstack.no_repeat``);
+3. the backend's `admit`: the turn's constraint, compiled first (a 400 here, before any
+   reply is sent);
+4. the backend's `turn`: **the whole turn** as events (`serving.constraint`) - or, with
+   ``extra_body={"loopstack": {"constrained": false}}`` (the benchmarks' baseline), no
+   constraint at all, calls read leniently from the text (`baseline_turn`);
+5. the reply assembled from the events, whole or as SSE, and the tool metrics counted from
+   them (`_events`, the one place).
 
-Every argument string is parsed and validated with jsonschema before it leaves the server.
-For schemas the backend enforces exactly that check cannot fail; for the others
-(``multipleOf``, ``uniqueItems``, ...) a failing turn is regenerated, and after
+Every argument string is parsed and validated with jsonschema before it leaves the server;
+for schemas the backend does not enforce exactly a failing turn is regenerated, and after
 `MAX_ATTEMPTS` refused (502).
 """
 
@@ -24,22 +28,26 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from serving.backend_outlines import OutlinesBackend
 from serving.client_constraints import admit_constraints, client_constraint
-from serving.constraint import CompiledSchema
-from serving.constraint_backend import (
-    ConstraintBackend,
+from serving.constraint.backend import ConstraintBackend
+from serving.constraint.schemas import CompiledSchema
+from serving.constraint.turn import (
+    MAX_ATTEMPTS,
+    REGENERATE,
+    AutoSwitch,
+    ContentDelta,
+    Done,
+    Retry,
     ToolMode,
-    TurnSpec,
-    refuse_unenforceable,
+    ToolPlan,
+    baseline_turn,
 )
-from serving.engine import Engine, UpstreamError, sse_json
-from serving.envelope import TOOL_CALL_OPEN
-from serving.exceptions import InvalidRequest, ToolCallValidationError
+from serving.engine import Engine
+from serving.exceptions import InvalidRequest
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
 from serving.protocol import (
@@ -50,26 +58,12 @@ from serving.protocol import (
     completion_id,
     tool_call_dict,
 )
-from serving.schema_cache import SchemaCache
 from serving.schema_limits import repair_schema
 from serving.tool_rank import ToolRanker
-from serving.tool_selection import (
-    excluding,
-    executed_calls,
-    rank_request,
-    with_abstain_rule,
-)
-from serving.toolcalls import CallEvent, ParsedCall, new_call_id, parse_lenient
-from serving.turn import (
-    MAX_ATTEMPTS,
-    ContentDelta,
-    Done,
-    Event,
-    Tally,
-    ToolPlan,
-    TurnRequest,
-    turn_events,
-)
+from serving.tool_selection import executed_calls, rank_request, with_abstain_rule
+from serving.toolcalls import CallEvent
+
+__all__ = ["MAX_ATTEMPTS", "RESPONSE_HEADERS", "ChatService"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,18 +91,16 @@ class ChatService:
         engine: Engine,
         prompts: PromptBuilder,
         *,
-        schemas: SchemaCache,
+        backend: ConstraintBackend,
         metrics: Metrics,
         max_tool_tokens: int = 1024,
-        backend: ConstraintBackend | None = None,
         ranker: ToolRanker | None = None,
     ):
         self.engine = engine
         self.prompts = prompts
-        self.schemas = schemas
+        self.backend = backend  # built complete by `serving.constraint.factory`
         self.metrics = metrics
         self.max_tool_tokens = max_tool_tokens
-        self.backend: ConstraintBackend = backend or OutlinesBackend()
         self.ranker = ranker  # `loopstack.tool_rank` (None: the extension is refused)
 
     # -- entry point ----------------------------------------------------------------------
@@ -121,7 +113,7 @@ class ChatService:
             req = await rank_request(req, self.ranker)
             _say("x-loopstack-tools-offered", ",".join(t.function.name for t in req.tools or []))
         choice = req.effective_tool_choice()
-        compiled = await self._compile_tools(req)
+        compiled = await self._admit_tools(req)
         if choice == "none":
             return await self._passthrough(req)
         if req.n != 1:
@@ -134,21 +126,18 @@ class ChatService:
         if found is not None:  # the tool path constrains itself, the free phase of auto too
             raise InvalidRequest(f"{found[0]} cannot be combined with tools", param=found[0])
         plan = self._plan(req, choice, compiled)
-        if self.backend.single_request and plan.constrained:
-            schemas = {n: c.schema for n, c in plan.tools.items()}
-            if req.loopstack.no_repeat:
-                schemas = self._without_repeats(req, schemas, plan.mode)
-                if not schemas:  # every call the model could make was made: text only
-                    plain = {"tools": None, "tool_choice": None}
-                    return await self._passthrough(req.model_copy(update=plain))
-            spec = TurnSpec(plan.mode, schemas, plan.parallel)
-            plan.constraint = await self.backend.admit(spec, what="tools")
+        if plan.constrained:
+            admitted = await self.backend.admit(plan)
+            if admitted is None:  # every call the model could make was made: text only
+                plain = {"tools": None, "tool_choice": None}
+                return await self._passthrough(req.model_copy(update=plain))
+            plan = admitted
         self.metrics.tool_requests.labels(mode=plan.mode).inc()
         if req.stream:
             return self._stream_tools(req, plan)
         return await self._complete_tools(req, plan)
 
-    async def _compile_tools(self, req: ChatCompletionRequest) -> dict[str, CompiledSchema]:
+    async def _admit_tools(self, req: ChatCompletionRequest) -> dict[str, CompiledSchema]:
         compiled: dict[str, CompiledSchema] = {}
         repaired = []
         for i, tool in enumerate(req.tools or []):
@@ -160,38 +149,12 @@ class ChatService:
             if notes:  # one reading: constrained and validated by the repaired schema
                 repaired.append(f"{fn.name}: {'; '.join(notes)}")
                 logger.warning("%s (%s) repaired: %s", what, fn.name, "; ".join(notes))
-            if not req.loopstack.constrained:  # the baseline: validated, never enforced
-                compiled[fn.name] = await self.schemas.checked(params, what=what)
-                continue
-            refuse_unenforceable(params, what=what)
-            if self.backend.single_request:
-                compiled[fn.name] = await self.schemas.checked(
-                    params, what=what, exact=self.backend.exact
-                )
-            else:
-                compiled[fn.name] = await self.schemas.get(params, what=what)
+            compiled[fn.name] = await self.backend.tool_schema(
+                params, what=what, enforced=req.loopstack.constrained
+            )
         if repaired:
             _say("x-loopstack-schema-repaired", " | ".join(repaired))
         return compiled
-
-    def _without_repeats(
-        self, req: ChatCompletionRequest, schemas: dict[str, Any], mode: ToolMode
-    ) -> dict[str, Any]:
-        """`schemas` minus the calls already answered (``loopstack.no_repeat``)."""
-        done = executed_calls([m.model_dump(exclude_none=True) for m in req.messages])
-        out = {}
-        for name, schema in schemas.items():
-            left = excluding(schema, done.get(name, []))
-            if left is not None:
-                out[name] = left
-        if len(out) < len(schemas) or any(out[n] is not schemas[n] for n in out):
-            logger.info("no_repeat: %d answered call(s) excluded", sum(map(len, done.values())))
-        if not out and mode != "auto":
-            raise InvalidRequest(
-                "every call the tools admit was already made and answered (loopstack.no_repeat)",
-                param="tool_choice",
-            )
-        return out
 
     def _plan(
         self,
@@ -212,6 +175,7 @@ class ChatService:
             mode, offered = choice, compiled
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        answered = executed_calls(messages) if req.loopstack.no_repeat else {}
         if req.loopstack.abstain:
             messages = with_abstain_rule(messages)
         prompt = self.prompts.render(messages, tools)
@@ -219,19 +183,17 @@ class ChatService:
         prompt_tokens = self.prompts.check_fits(prompt, max_tokens)
         sampling = {k: getattr(req, k) for k in _SAMPLING_KEYS if getattr(req, k) is not None}
         extra = {k: v for k, v in (req.model_extra or {}).items() if k not in _CHAT_ONLY}
-        regexes = None
-        if isinstance(self.backend, OutlinesBackend) and req.loopstack.constrained:
-            regexes = self.backend.regexes(offered, parallel=req.parallel_tool_calls)
         return ToolPlan(
             mode=mode,
             tools=offered,
-            regexes=regexes,
-            parallel=req.parallel_tool_calls,
             constrained=req.loopstack.constrained,
             prompt=prompt,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             sampling={**extra, **sampling},
+            parallel=req.parallel_tool_calls,
+            stream=req.stream,
+            answered=answered,
         )
 
     # -- pass-through -------------------------------------------------------------------
@@ -241,164 +203,58 @@ class ChatService:
         body = req.model_dump(exclude={"loopstack"}, exclude_none=True, by_alias=True)
         body["model"] = self.engine.model_name
         # Every client constraint (response_format, structured_outputs, guided_*) is admitted
-        # like a tool schema, or refused; unconstrained (benchmark baseline): none is sent.
+        # by the backend, or refused; unconstrained (benchmark baseline): none is sent.
         admitted = await admit_constraints(
-            body, self.schemas, constrained=req.loopstack.constrained
+            body, self.backend, constrained=req.loopstack.constrained
         )
         body, schema = admitted.body, admitted.schema
         if req.stream:
             return self._relay(body)
-        for attempt in range(MAX_ATTEMPTS):
-            resp = await self.engine.post("/v1/chat/completions", body)
+        temperature = float(body.get("temperature") or 0.0)
+        for attempt in range(REGENERATE.attempts):
+            sent = {**body, **REGENERATE.sampling(attempt, temperature)}
+            resp = await self.engine.post("/v1/chat/completions", sent)
             resp["model"] = req.model
             if schema is None or not req.loopstack.constrained:
                 return resp
-            bad = await _invalid_json_choices(resp, schema)
-            if not bad:
+            if not await _invalid_json_choices(resp, schema):
                 return resp
             logger.warning("response_format output failed its schema (attempt %d)", attempt + 1)
-            body = {**body, "temperature": max(body.get("temperature", 0.0), 0.7), "seed": attempt}
-        raise ToolCallValidationError("the model did not produce output valid for the schema")
+        raise REGENERATE.exhausted("output")
 
     async def _relay(self, body: dict[str, Any]) -> AsyncIterator[bytes]:
         async for line in self.engine.stream("/v1/chat/completions", body):
             yield line + b"\n\n"
 
-    # -- tool calls ---------------------------------------------------------------------
-    async def _events(self, plan: ToolPlan, *, live: bool) -> AsyncIterator[Event]:
-        """The reply as events: content text, tool-call deltas, then Done.
-
-        `live` streams call arguments as they are generated (when the regex enforces the
-        schemas exactly); otherwise whole calls are validated - and regenerated if needed -
-        before they are emitted.
-        """
-        tally = Tally()
-        if plan.constraint is not None:
-            async for ev in self._turn_events(plan, tally, live=live):
-                yield ev
-            return
-        if not plan.constrained:  # benchmark baseline: no grammar, calls read leniently
-            prefix = "" if plan.mode == "auto" else TOOL_CALL_OPEN
-            body = self.engine_body(plan, plan.prompt + prefix, regex=None, tally=tally)
-            text = prefix + "".join([d async for d in self.stream_text(body, tally)])
-            found = parse_lenient(text)
-            if not found:
-                yield ContentDelta(text)
-            for i, (name, args) in enumerate(found):
-                raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-                yield CallEvent(i, new_call_id(), name=name, arguments_delta=raw)
-            yield Done("tool_calls" if found else tally.finish, tally.tokens, tally.cached)
-            return
-        assert isinstance(self.backend, OutlinesBackend)
-        async for ev in self.backend.events(self, plan, tally, live=live):
-            yield ev
-
     async def admit_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """A /v1/completions body with its client constraint admitted (or InvalidRequest)."""
-        return (await admit_constraints(body, self.schemas)).body
+        return (await admit_constraints(body, self.backend)).body
 
-    async def problems(self, plan: ToolPlan, call: ParsedCall) -> list[str]:
-        schema = plan.tools.get(call.name)
-        if schema is None:
-            return [f"unknown tool {call.name!r}"]
-        try:
-            args = json.loads(call.arguments)
-        except json.JSONDecodeError as exc:
-            return [f"arguments are not JSON: {exc}"]
-        return await schema.errors_off_loop(args)
-
-    async def check_sent(self, plan: ToolPlan, calls: list[ParsedCall]) -> int:
-        """Streamed calls were sent as generated (the regex enforces their schema exactly);
-        check them anyway, so a gap in that guarantee shows in logs and metrics."""
-        invalid = 0
-        for c in calls:
-            if await self.problems(plan, c):
-                invalid += 1
-                logger.error("invalid tool call left the server: %s %s", c.name, c.arguments)
-        self.metrics.tool_calls.labels(mode=plan.mode, valid="false").inc(invalid)
-        return invalid
-
-    async def _turn_events(
-        self, plan: ToolPlan, tally: Tally, *, live: bool
-    ) -> AsyncIterator[Event]:
-        """One engine request for the whole turn (`serving.turn`)."""
-        prompt = plan.prompt + ("" if plan.mode == "auto" else TOOL_CALL_OPEN)
-        body = self.engine_body(plan, prompt, regex=None, tally=tally)
-        body["structured_outputs"] = plan.constraint
-        turn = TurnRequest(
-            names=list(plan.tools),
-            auto=plan.mode == "auto",
-            parallel=plan.parallel,
-            exact=plan.exact,
-            body=body,
-            temperature=float(plan.sampling.get("temperature") or 0.0),
-        )
-
-        async def problems(call: ParsedCall) -> list[str]:
-            return await self.problems(plan, call)
-
-        try:
-            async for ev in turn_events(
-                turn, stream=self.stream_text, problems=problems, tally=tally, live=live
-            ):
+    # -- tool calls ---------------------------------------------------------------------
+    async def _events(self, plan: ToolPlan) -> AsyncIterator[ContentDelta | CallEvent | Done]:
+        """The reply as events: content text, tool-call deltas, then Done - the backend's
+        whole turn (the baseline's without one). The one place the tool metrics count."""
+        if plan.constrained:
+            turn = self.backend.turn(plan, self.engine)
+        else:
+            turn = baseline_turn(plan, self.engine)
+        async for ev in turn:
+            if isinstance(ev, Retry):
+                self.metrics.tool_retries.inc()
+            elif isinstance(ev, AutoSwitch):
+                self.metrics.auto_switches.inc()
+            else:
+                if isinstance(ev, Done) and plan.constrained:
+                    calls = self.metrics.tool_calls
+                    calls.labels(mode=plan.mode, valid="true").inc(ev.calls - ev.invalid)
+                    calls.labels(mode=plan.mode, valid="false").inc(ev.invalid)
                 yield ev
-        except UpstreamError as exc:
-            if exc.status_code < 500:
-                raise
-            raise ToolCallValidationError(
-                f"the engine failed while generating under the tools' constraint: {exc.message}"
-            ) from exc
-        finally:
-            self.metrics.tool_retries.inc(tally.retries)
-        valid = tally.calls - tally.invalid
-        self.metrics.tool_calls.labels(mode=plan.mode, valid="true").inc(valid)
-        self.metrics.tool_calls.labels(mode=plan.mode, valid="false").inc(tally.invalid)
-
-    def engine_body(
-        self, plan: ToolPlan, prompt: str, *, regex: str | None, tally: Tally
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            **plan.sampling,
-            "model": self.engine.model_name,
-            "prompt": prompt,
-            "max_tokens": plan.max_tokens - tally.tokens,
-            "skip_special_tokens": False,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if regex is not None:
-            body["structured_outputs"] = {"regex": regex}
-        return body
-
-    async def stream_text(self, body: dict[str, Any], tally: Tally) -> AsyncGenerator[str]:
-        """Text deltas of one streamed completion; keeps the token count and finish reason.
-        Leaving the loop early closes the stream, which makes vLLM abort the request."""
-        chunks, counted = 0, False
-        events = sse_json(self.engine.stream("/v1/completions", body))
-        try:
-            async for chunk in events:
-                if chunk.get("usage"):
-                    tally.tokens += int(chunk["usage"]["completion_tokens"])
-                    counted = True
-                    details = chunk["usage"].get("prompt_tokens_details") or {}
-                    if tally.cached is None and details.get("cached_tokens") is not None:
-                        tally.cached = int(details["cached_tokens"])
-                for choice in chunk.get("choices", []):
-                    chunks += 1
-                    if choice.get("finish_reason"):
-                        tally.finish = choice["finish_reason"]
-                    if choice.get("text"):
-                        yield choice["text"]
-        finally:
-            await events.aclose()
-            if not counted:  # aborted early: one chunk is one token in vLLM's stream
-                tally.tokens += chunks
 
     # -- assembling responses -------------------------------------------------------------
     async def _complete_tools(self, req: ChatCompletionRequest, plan: ToolPlan) -> dict[str, Any]:
         content, done = "", Done("stop", 0)
         calls: dict[int, dict[str, Any]] = {}
-        async for ev in self._events(plan, live=False):
+        async for ev in self._events(plan):
             if isinstance(ev, ContentDelta):
                 content += ev.text
             elif isinstance(ev, CallEvent):
@@ -424,7 +280,7 @@ class ChatService:
             return b"data: " + json.dumps(chat_chunk(id_=id_, model=model, **kw)).encode() + b"\n\n"
 
         yield sse(delta={"role": "assistant", "content": ""})
-        async for ev in self._events(plan, live=True):
+        async for ev in self._events(plan):
             if isinstance(ev, ContentDelta):
                 yield sse(delta={"content": ev.text})
             elif isinstance(ev, CallEvent):

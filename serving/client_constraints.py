@@ -5,13 +5,15 @@ vLLM accepts decoding constraints in several spellings - ``structured_outputs`` 
 ``guided_regex`` / ``guided_json`` / ``guided_choice`` / ``guided_grammar`` and
 ``response_format`` - and compiles each on a thread that outlives its timeout: one
 ``(a|b)*a(a|b){19}`` held a core for 15 minutes. `admit_constraints` is the only way any of
-them reaches the engine:
+them reaches the engine, through the configured constraint backend (`ConstraintBackend.client`),
+which compiles it first in its sandbox, as it does a turn's constraint:
 
-* a regex is parsed and its automaton measured by the same `AutomatonProbe` as tool
-  schemas (`SchemaCache.check_regex`);
-* a JSON schema is compiled like a tool's (`SchemaCache.get`: limits, satisfiability,
-  probe) and sent as our regex;
-* a choice becomes the regex of its escaped alternatives, and is probed;
+* a JSON schema is admitted like a tool's (limits, satisfiability) and becomes the backend's
+  own constraint: under ``guidance`` (the default) an llguidance grammar, under ``xgrammar``
+  a structural tag - no regex is made - and under ``outlines`` our measured regex;
+* a regex goes to the engine as it is, once the backend's library compiled it (outlines:
+  its automaton measured);
+* a choice becomes the regex of its escaped alternatives;
 * ``json_object`` (a fixed grammar) passes;
 * a grammar, a structural tag, a whitespace pattern or a backend choice is refused (400
   ``unsupported_constraint``): its compile cost cannot be measured before vLLM pays it.
@@ -22,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from serving.constraint import CompiledSchema, regex_literal
+from serving.constraint.backend import ConstraintBackend
+from serving.constraint.schema_regex import MAX_REGEX_CHARS, regex_literal
+from serving.constraint.schemas import CompiledSchema
 from serving.exceptions import InvalidRequest
-from serving.schema_cache import SchemaCache
 
 LEGACY = ("guided_regex", "guided_json", "guided_choice", "guided_grammar")
 REFUSED_TOP = ("guided_whitespace_pattern", "guided_decoding_backend", "structural_tag")
@@ -103,11 +106,11 @@ def choice_regex(choices: Any, param: str) -> str:
 
 
 async def admit_constraints(
-    body: dict[str, Any], schemas: SchemaCache, *, constrained: bool = True
+    body: dict[str, Any], backend: ConstraintBackend, *, constrained: bool = True
 ) -> Admitted:
     """Check the client's constraint in `body` (a chat or completions request body) and
-    return the body to send: every constraint rewritten to one probed regex (or
-    ``json_object``). Raises InvalidRequest (400) for what cannot be admitted."""
+    return the body to send: the constraint as the backend enforces it (or ``json_object``),
+    none when unconstrained. Raises InvalidRequest (400) for what cannot be admitted."""
     found = client_constraint(body)
     if found is None:
         return Admitted(body)
@@ -117,28 +120,28 @@ async def admit_constraints(
         flags = {k: v for k, v in body["structured_outputs"].items() if k in _FLAGS}
     else:
         flags = {}
-    schema: CompiledSchema | None = None
     if kind in ("grammar", "structural_tag"):
         raise _unsupported(param, f"{kind} constraints are not accepted.")
     if kind == "json_object":
         if param == "response_format":
             out["response_format"] = body["response_format"]
             return Admitted(out)
-        regex_or_none: str | None = None
         so: dict[str, Any] = {"json_object": True}
+        schema: CompiledSchema | None = None
     elif kind == "json":
-        schema = await schemas.get(value, what=param)
-        regex_or_none, so = schema.regex, {}
-    elif kind == "choice":
-        regex_or_none, so = choice_regex(value, param), {}
-        await schemas.check_regex(regex_or_none, what=param)
-    else:  # regex
-        if not isinstance(value, str):
-            raise InvalidRequest(f"{param} must be a string", param=param)
-        await schemas.check_regex(value, what=param)
-        regex_or_none, so = value, {}
-    if regex_or_none is not None:
-        so["regex"] = regex_or_none
+        rule = await backend.client("json", value, what=param)
+        so, schema = rule.structured_outputs, rule.schema
+    else:
+        regex = choice_regex(value, param) if kind == "choice" else value
+        if not isinstance(regex, str) or not regex:
+            raise InvalidRequest(f"{param} must be a non-empty string", param=param)
+        if len(regex) > MAX_REGEX_CHARS:
+            raise InvalidRequest(
+                f"{param} is too long ({len(regex):,} characters, limit {MAX_REGEX_CHARS:,})",
+                param=param,
+                code="schema_too_complex",
+            )
+        so, schema = (await backend.client("regex", regex, what=param)).structured_outputs, None
     if constrained:
         out["structured_outputs"] = {**flags, **so}
     return Admitted(out, schema)

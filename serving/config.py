@@ -17,6 +17,9 @@ GPU_DEFAULT = "Qwen/Qwen2.5-7B-Instruct"
 
 
 CpuDtype = Literal["auto", "bfloat16", "float32"]
+# How tool calls (and client constraints) are constrained: `serving.constraint`.
+BackendName = Literal["xgrammar", "guidance", "outlines"]
+DEFAULT_BACKEND: BackendName = "guidance"
 
 
 class ServerSettings(BaseSettings):
@@ -78,13 +81,17 @@ class ServerSettings(BaseSettings):
         "included, even with stuck requests.",
     )
     regex_compile_timeout_s: int = Field(
-        default=60, description="vLLM's limit for compiling one constraint (Outlines index)."
+        default=60,
+        description="vLLM's own limit for compiling one regex constraint "
+        "(VLLM_REGEX_COMPILATION_TIMEOUT_S): the outlines backend's regexes, a client's regex "
+        "under xgrammar. Every constraint is compiled first by us "
+        "(LOOPSTACK_SCHEMA_COMPILE_TIMEOUT_S).",
     )
 
     max_schema_states: int = Field(
         default=12_000,
-        description="Largest constraint automaton accepted (states); larger schemas get 400 "
-        "schema_too_complex instead of minutes of vLLM compilation.",
+        description="outlines backend: largest regex automaton accepted (states); larger "
+        "schemas get 400 schema_too_complex instead of minutes of vLLM compilation.",
     )
 
     max_concurrency: int = Field(default=64, description="Requests generating at once.")
@@ -95,26 +102,29 @@ class ServerSettings(BaseSettings):
     max_tool_tokens: int = Field(default=1024, description="max_tokens default for tool calls.")
     log_level: str = "INFO"
 
-    constraint_backend: Literal["xgrammar", "guidance", "outlines"] = Field(
-        default="guidance",
+    constraint_backend: BackendName = Field(
+        default=DEFAULT_BACKEND,
         description="How tool calls are constrained, and vLLM's structured-output backend. "
         "xgrammar/guidance: one engine request per turn under one grammar; outlines: regexes, "
         "a call in two requests (docs/architecture.md).",
     )
 
-    # -- constraint safety (serving/compile_worker.py, schema_limits.py, validation.py) ------
+    # -- constraint safety (serving/constraint/sandbox.py, schema_limits.py, validation.py) --
     schema_compile_timeout_s: float = Field(
-        default=10.0, description="Deadline for compiling one schema to its regex; past it: 400."
+        default=10.0,
+        description="Deadline for compiling one constraint first, before the engine sees it (a "
+        "turn's or a client's grammar with the model's vocabulary; outlines: a schema's "
+        "regex); past it: 400 schema_too_complex.",
     )
     schema_compile_mode: Literal["process", "thread"] = Field(
         default="process",
-        description="Where schemas compile: a memory-limited worker process (killed at the "
+        description="Where constraints compile: memory-limited worker processes (killed at the "
         "deadline) or a thread (keeps running past it).",
     )
     constraint_probe_timeout_s: float = Field(
         default=5.0,
-        description="Deadline for measuring a constraint's automaton (corpus schemas: < 0.3 s); "
-        "past it the constraint gets 400 schema_too_complex.",
+        description="outlines backend: deadline for measuring a regex's automaton (corpus "
+        "schemas: < 0.3 s); past it the constraint gets 400 schema_too_complex.",
     )
     max_schema_depth: int = Field(default=48, description="Deepest JSON nesting of a schema.")
     max_schema_nodes: int = Field(default=20_000, description="Most JSON values in a schema.")

@@ -49,7 +49,7 @@ from serving.exceptions import (
 )
 
 logger = logging.getLogger(__name__)
-# Session key of the request being served (set by serving.api): sent as `x-session-id` on every
+# Session key of the request being served (set by serving.routes): sent as `x-session-id` on every
 # engine call, so a session-aware router in front of several vLLM replicas keeps it on one.
 session_key_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "session_key", default=None

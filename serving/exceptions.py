@@ -17,11 +17,17 @@ Tree::
     │   ├── PayloadTooLarge       413 request_too_large (body over LOOPSTACK_MAX_REQUEST_BYTES)
     │   └── Overloaded            429, with Retry-After
     └── ToolCallValidationError   the engine produced arguments that fail the schema (502:
-                                  never shown to a client as a valid call)
+        │                         never shown to a client as a valid call)
+        └── ConstrainedGenerationError  the engine failed (5xx) while generating under a
+                                  constraint: 502 too, the mapping written once here
+                                  (`constrained_generation`, as httpx maps its transport's
+                                  errors onto its own tree)
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -146,3 +152,24 @@ class Overloaded(RequestError):
 class ToolCallValidationError(ServingError):
     status_code = 502
     error_type = "tool_call_validation_error"
+
+
+class ConstrainedGenerationError(ToolCallValidationError):
+    """The engine failed while generating under a tool or client constraint."""
+
+
+@contextlib.contextmanager
+def constrained_generation(what: str, *, hint: str = "") -> Iterator[None]:
+    """Map an engine failure while generating under `what` (a constraint) onto the tree:
+    the engine's 4xx passes as it is (`UpstreamError`), a 5xx becomes a 502
+    `ConstrainedGenerationError` - most often the engine could not compile the constraint.
+    `hint`: what the client can do about it."""
+    try:
+        yield
+    except UpstreamError as exc:
+        if exc.status_code < 500:
+            raise
+        said = f"{hint}. Engine said: " if hint else ": "
+        raise ConstrainedGenerationError(
+            f"the engine failed while generating under {what}{said}{exc.message}"
+        ) from exc

@@ -214,7 +214,10 @@ def vllm_launch(
         "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
         "--disable-uvicorn-access-log",
     ]
-    # Our regexes come from tool schemas; big ones need more than vLLM's 5 s default.
+    # vLLM's limit for compiling one regex constraint (the outlines backend's regexes, a
+    # client's own regex under xgrammar): big ones need more than its 5 s default. The
+    # default backend (guidance) compiles lazily; every constraint was compiled first in
+    # our sandbox under LOOPSTACK_SCHEMA_COMPILE_TIMEOUT_S (serving.constraint.sandbox).
     env: dict[str, str] = {
         "VLLM_REGEX_COMPILATION_TIMEOUT_S": str(settings.regex_compile_timeout_s)
     }

@@ -39,7 +39,10 @@ class Metrics:
             registry=r,
         )
         self.schema_compile_seconds = Histogram(
-            "loopstack_schema_compile_seconds", "JSON schema -> regex (Outlines)", registry=r
+            "loopstack_schema_compile_seconds",
+            "A constraint compiled first, before the engine sees it (a turn's or a client's "
+            "grammar; outlines: a schema's regex and its automaton)",
+            registry=r,
         )
 
     def render(self) -> bytes:

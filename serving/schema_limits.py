@@ -15,7 +15,8 @@ with 400:
   ``maxProperties``. Those under ``not``/``if`` are left alone (there they mean "always").
 
 Permissive enormous bounds (``maximum: 1.8e308``, common for doubles) are fine: the regex
-leaves that side open (`constraint.py`) and the final validation still checks it.
+leaves that side open (`constraint/schema_regex.py`) and the final validation still
+checks it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from serving.constraint.walker import walk, walk_paths
 from serving.exceptions import InvalidRequest
 
 HUGE_BOUND = 10**20  # beyond int64: a bound past it is left to validation, or refused
@@ -37,12 +39,6 @@ class SchemaLimits:
     max_ref_chain: int = 16
 
 
-_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SINGLES = (
-    "items", "additionalProperties", "additionalItems", "contains", "propertyNames",
-    "unevaluatedItems", "unevaluatedProperties", "then", "else",
-)  # fmt: skip
-_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
 _BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _TYPES: dict[str, Any] = {
     "string": lambda v: isinstance(v, str),
@@ -142,22 +138,8 @@ def _check_refs(schema: dict[str, Any], what: str, limits: SchemaLimits) -> None
 
 
 def _check_semantics(schema: dict[str, Any], what: str) -> None:
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, dict):
-            continue
+    for node in walk(schema, negated=False):  # under not/if a contradiction means "always"
         _check_node(node, what)
-        for key in _MAPS:
-            sub = node.get(key)
-            if isinstance(sub, dict):
-                stack.extend(sub.values())
-        for key in _SINGLES:
-            stack.append(node.get(key))
-        for key in _LISTS:
-            sub = node.get(key)
-            if isinstance(sub, list):
-                stack.extend(sub)
 
 
 def _num(node: dict[str, Any], key: str) -> Any:
@@ -255,11 +237,7 @@ def repair_schema(schema: Any) -> tuple[Any, list[str]]:
 def _repair_walk(schema: dict[str, Any], *, fix: bool) -> list[str]:
     """What `repair_schema` repairs in `schema` (in place when `fix`)."""
     notes: list[str] = []
-    stack: list[tuple[Any, str]] = [(schema, "")]
-    while stack:
-        node, path = stack.pop()
-        if not isinstance(node, dict):
-            continue
+    for path, node in walk_paths(schema, negated=False):
         kind = node.get("type")
         values = node.get("enum") if isinstance(node.get("enum"), list) else None
         if values is None and "const" in node:
@@ -270,14 +248,4 @@ def _repair_walk(schema: dict[str, Any], *, fix: bool) -> list[str]:
             notes.append(f"{path or '/'}: type {kind} -> {new} (its enum's values)")
             if fix:
                 node["type"] = new
-        for key in _MAPS:
-            sub = node.get(key)
-            if isinstance(sub, dict):
-                stack.extend((v, f"{path}/{key}/{k}") for k, v in sub.items())
-        for key in _SINGLES:
-            stack.append((node.get(key), f"{path}/{key}"))
-        for key in _LISTS:
-            sub = node.get(key)
-            if isinstance(sub, list):
-                stack.extend((v, f"{path}/{key}/{i}") for i, v in enumerate(sub))
     return notes

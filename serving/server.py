@@ -30,24 +30,19 @@ from fastapi import FastAPI
 
 from serving.admission import Admission
 from serving.api import AppState, TraceIdFilter, build_app
-from serving.automaton import AutomatonProbe
-from serving.backend_guidance import GuidanceBackend, special_tag_ids
 from serving.chat import ChatService
-from serving.compile_worker import SchemaCompiler
 from serving.config import ServerSettings
+from serving.constraint.factory import backend_from_settings
 from serving.embeddings import EmbeddingService
 from serving.engine import VLLMEngine, read_engine_key
 from serving.engine_process import ensure_port_free
 from serving.exceptions import EnginePortInUse
-from serving.grammar_checker import make_backend
 from serving.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
 from serving.limits import Limits
 from serving.metrics import Metrics
 from serving.model_files import tokenizer_folder
 from serving.model_store import resolve_model
 from serving.prompt import BackgroundTokenizer, PromptBuilder
-from serving.schema_cache import SchemaCache
-from serving.schema_limits import SchemaLimits
 from serving.tool_rank import ToolRanker
 from serving.tool_selection import ServerEmbedder
 
@@ -123,11 +118,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
     )
     metrics = Metrics()
     prompts = PromptBuilder(tokenizer, max_model_len=launch.max_model_len)
-    backend = make_backend(
-        settings.constraint_backend,
+    backend = backend_from_settings(
+        settings,
         tokenizer_folder(model.path_or_id),  # its tokenizer.json: no transformers, no torch
-        timeout_s=settings.schema_compile_timeout_s,
-        mode=settings.schema_compile_mode,
+        tokenizer=tokenizer.get,  # loaded before the first request (lifespan)
+        metrics=metrics,
     )
     embeddings = EmbeddingService(settings.embedding_model)
     state = AppState(
@@ -135,23 +130,6 @@ def create_app(settings: ServerSettings) -> FastAPI:
         chat=ChatService(
             engine,
             prompts,
-            schemas=SchemaCache(
-                metrics,
-                probe=AutomatonProbe(
-                    max_states=settings.max_schema_states,
-                    timeout_s=settings.constraint_probe_timeout_s,
-                ),
-                compiler=SchemaCompiler(
-                    mode=settings.schema_compile_mode,
-                    timeout_s=settings.schema_compile_timeout_s,
-                    validation_deadline_s=settings.validation_deadline_s,
-                    limits=SchemaLimits(
-                        max_depth=settings.max_schema_depth,
-                        max_nodes=settings.max_schema_nodes,
-                        max_ref_chain=settings.max_schema_ref_chain,
-                    ),
-                ),
-            ),
             metrics=metrics,
             max_tool_tokens=settings.max_tool_tokens,
             backend=backend,
@@ -182,7 +160,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         starting = asyncio.create_task(engine.start())  # the tokenizer loads meanwhile
-        backend.warm()  # the constraint checker's worker loads the vocabulary meanwhile too
+        backend.warm()  # the constraint sandbox's worker loads the vocabulary meanwhile too
         try:
             await asyncio.to_thread(tokenizer.get)
         except BaseException:
@@ -191,8 +169,6 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 await starting
             raise
         await starting
-        if isinstance(backend, GuidanceBackend):
-            backend.tag_ids = special_tag_ids(tokenizer.get())
         logger.info("loopstack serving %s on http://%s:%d/v1", name, settings.host, settings.port)
         watchdog = asyncio.create_task(engine.supervise())
         try:

@@ -13,8 +13,9 @@ exactly as before.
 * ``no_repeat``: a call identical to one already executed in the conversation (an assistant
   ``tool_calls`` entry whose ``tool_call_id`` has a ``role: tool`` reply; same name, same
   arguments) is not admitted by the turn's grammar: the model must write text or a different
-  call. `excluding` rewrites a tool's schema into the values it admits minus those calls.
-  Grammar backends only (guidance, xgrammar); the outlines path ignores it.
+  call. `excluding` rewrites a tool's schema into the values it admits minus those calls;
+  `without_answered` applies it to a turn's tools. Grammar backends only (guidance, xgrammar:
+  their `admit`); the outlines path ignores it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from serving.embeddings import EmbeddingService
+from serving.exceptions import InvalidRequest
 from serving.protocol import ChatCompletionRequest, NamedToolChoice
 from serving.tool_rank import ToolRanker
 
@@ -40,6 +42,7 @@ __all__ = [
     "excluding",
     "executed_calls",
     "rank_request",
+    "without_answered",
 ]
 
 logger = logging.getLogger(__name__)
@@ -341,3 +344,24 @@ def excluding(schema: Any, calls: list[dict[str, Any]]) -> Any:
     if not branches:
         return None
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def without_answered(
+    schemas: dict[str, Any], answered: dict[str, list[dict[str, Any]]], mode: str
+) -> dict[str, Any]:
+    """A turn's tool schemas minus the calls already made and answered (``no_repeat``):
+    tools with nothing left are gone. In ``required``/named mode a turn with no call left to
+    make is a 400; in ``auto`` the caller answers in text."""
+    out = {}
+    for name, schema in schemas.items():
+        left = excluding(schema, answered.get(name, []))
+        if left is not None:
+            out[name] = left
+    if len(out) < len(schemas) or any(out[n] is not schemas[n] for n in out):
+        logger.info("no_repeat: %d answered call(s) excluded", sum(map(len, answered.values())))
+    if not out and mode != "auto":
+        raise InvalidRequest(
+            "every call the tools admit was already made and answered (loopstack.no_repeat)",
+            param="tool_choice",
+        )
+    return out

@@ -13,7 +13,7 @@ refusals - what decides whether a schema is accepted.
 With ``--backend xgrammar|guidance|outlines --tools 30``: what a new tool set costs before
 its first step - the first N corpus tools as one request's constraint, compiled with the
 model's vocabulary as the engine compiles it (the grammar backends: the whole ``auto`` turn
-and the ``required`` turn, in the server's own bounded checker; outlines: the head regex
+and the ``required`` turn, in the server's own sandbox; outlines: the head regex
 and every tool's arguments regex into the Outlines index).
 
     loopstack bench serving constraint-compile --backend xgrammar --tools 30
@@ -27,12 +27,12 @@ import json
 import resource
 import statistics
 import time
+from typing import Any
 
 from bench.common import CORPUS_PATH
-from serving.automaton import AutomatonProbe
-from serving.constraint import arguments_regex, compile_schema, name_regex
+from serving.constraint.regexes import AutomatonProbe, RegexSchemas
+from serving.constraint.schema_regex import arguments_regex, compile_schema, name_regex
 from serving.exceptions import InvalidRequest
-from serving.schema_cache import SchemaCache
 
 CORPUS = CORPUS_PATH
 
@@ -90,8 +90,8 @@ def main() -> None:
 
 def toolset(backend: str, n: int, model_path: str | None) -> None:
     from serving.config import ServerSettings
-    from serving.constraint_backend import TurnSpec
-    from serving.grammar_checker import make_backend
+    from serving.constraint.backend import TurnSpec
+    from serving.constraint.factory import make_backend
     from serving.model_store import ensure_offline_default
 
     path = model_path or str(ensure_offline_default(ServerSettings().home))
@@ -112,15 +112,16 @@ def toolset(backend: str, n: int, model_path: str | None) -> None:
         print(f"outlines: {len(tools)} tools, head + arguments regexes indexed in "
               f"{time.perf_counter() - started:.2f} s")  # fmt: skip
         return
-    grammar = make_backend(backend, path, mode="thread")  # type: ignore[arg-type]
+    grammar: Any = make_backend(backend, path, mode="thread")  # type: ignore[arg-type]
     started = time.perf_counter()
-    asyncio.run(grammar.admit(TurnSpec("required", {"warm": {"type": "object"}}, True), what="w"))
+    warm = TurnSpec("required", {"warm": {"type": "object"}}, True)
+    asyncio.run(grammar.constraint(warm, what="w"))
     print(f"{backend}: vocabulary loaded in {time.perf_counter() - started:.2f} s")
     for mode in ("auto", "required"):
         started = time.perf_counter()
         spec = TurnSpec(mode, tools, parallel=True)  # type: ignore[arg-type]
         try:
-            asyncio.run(grammar.admit(spec, what="tools"))
+            asyncio.run(grammar.constraint(spec, what="tools"))
             verdict = "compiled"
         except InvalidRequest as exc:
             verdict = f"refused ({exc.message[:120]})"
@@ -137,7 +138,7 @@ async def states(limit: int) -> None:
     for e in entries:
         started = time.perf_counter()
         try:  # what the server does with a new schema
-            compiled = await SchemaCache(probe=probe).get(e["tool"]["function"]["parameters"])
+            compiled = await RegexSchemas(probe=probe).get(e["tool"]["function"]["parameters"])
         except InvalidRequest as exc:
             refused.append((e["id"], exc.message))
             continue

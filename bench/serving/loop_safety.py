@@ -7,8 +7,9 @@ lag (a 5 ms ticker runs beside the work) and the work's own time:
   the old rescan-everything detector (kept here as the baseline) vs `IntentDetector`;
 * validating a value against a backtracking ``pattern``: jsonschema's default (Python
   `re`, on the loop) vs `SafeValidator` (`regex` with a deadline, in a thread);
-* compiling the 5 KB schema whose regex would be 2 billion characters (`SchemaCache` with
-  the process worker; the old code took 24 s and 2 GiB on the loop - see docs).
+* compiling the 5 KB schema whose regex would be 2 billion characters (the outlines
+  backend's `RegexSchemas`, in the sandbox's worker process; the old code took 24 s and
+  2 GiB on the loop - see docs).
 
     loopstack bench serving loop-safety
 """
@@ -24,8 +25,7 @@ from jsonschema import Draft202012Validator
 
 from bench.serving.hostile import BACKTRACKING_PATTERN as PATTERN
 from bench.serving.hostile import call_like_text, defs_chain, loop_lag
-from serving.compile_worker import SchemaCompiler
-from serving.schema_cache import SchemaCache
+from serving.constraint.regexes import RegexSchemas, SchemaCompiler
 from serving.toolcalls import IntentDetector
 from serving.validation import SafeValidator
 
@@ -83,7 +83,7 @@ async def measure_all(baseline_chars: int, chars: int, re_len: int) -> None:
 
     row(f"pattern {PATTERN} on 61 chars, deadline, thread (after)", *await loop_lag(safe()))
 
-    cache = SchemaCache(compiler=SchemaCompiler(mode="process"))
+    cache = RegexSchemas(compiler=SchemaCompiler(mode="process"))
     await cache.get({"type": "string"})  # the worker's start-up is not the schema's cost
 
     async def big() -> Any:

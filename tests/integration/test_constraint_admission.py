@@ -1,6 +1,8 @@
-"""Client-supplied constraints on the real server: a pathological regex or schema gets a
-quick 400 before vLLM sees it, /health stays fine meanwhile, an unsatisfiable schema is
-``invalid_schema``, and an ordinary client regex still constrains the real model."""
+"""Client-supplied constraints on the real server, through the configured constraint backend:
+a pathological regex or schema is answered quickly - refused with a 400 before vLLM sees it
+where the backend builds automata (outlines), served where it matches lazily (llguidance,
+the default) - /health stays fine meanwhile, an unsatisfiable schema is ``invalid_schema``,
+and an ordinary client regex still constrains the real model."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import pytest
 from tests.integration.conftest import API_KEY, Server
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-PATHOLOGICAL = "(a|b)*a(a|b){19}"  # 2^20 DFA states: held vLLM's compile thread for 60 s
+# 2^20 DFA states: held vLLM's outlines compile thread for 60 s; llguidance: microseconds
+PATHOLOGICAL = "(a|b)*a(a|b){19}"
 
 
 def deep_defs() -> dict[str, Any]:
@@ -34,8 +37,9 @@ def post(server: Server, path: str, body: dict[str, Any], timeout: float = 60) -
     return httpx.post(server.base_url + path, headers=AUTH, json=body, timeout=timeout)
 
 
-def refused_quickly_with_health(server: Server, path: str, body: dict[str, Any]) -> dict:
-    """POST `body` while polling /health; returns the error body of the 400."""
+def answered_quickly_with_health(server: Server, path: str, body: dict[str, Any]) -> None:
+    """POST `body` while polling /health: a quick answer, /health fine throughout. A refusal
+    is a 400 ``schema_too_complex`` (outlines); a served request a 200 (llguidance)."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         started = time.monotonic()
         fut = pool.submit(post, server, path, body)
@@ -47,11 +51,12 @@ def refused_quickly_with_health(server: Server, path: str, body: dict[str, Any])
             time.sleep(0.2)
         resp = fut.result()
         took = time.monotonic() - started
-    assert resp.status_code == 400, resp.text
+    assert resp.status_code in (200, 400), resp.text
     assert took < 15, took  # the probe's deadline, not vLLM's 60 s compile timeout
     assert all(code == 200 and lag < 2 for code, lag in health), health
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
-    return resp.json()["error"]
+    if resp.status_code == 400:
+        assert resp.json()["error"]["code"] == "schema_too_complex"
 
 
 def chat(server: Server, **kw: Any) -> dict[str, Any]:
@@ -67,23 +72,21 @@ def chat(server: Server, **kw: Any) -> dict[str, Any]:
     ],
     ids=["chat-structured_outputs", "completions-guided_regex"],
 )
-def test_pathological_client_regex_is_refused(
+def test_pathological_client_regex_is_answered_quickly(
     server: Server, path: str, field: dict[str, Any]
 ) -> None:
     body = chat(server, max_tokens=4, **field)
     if path == "/v1/completions":
         body = {"model": server.model, "prompt": "hi", "max_tokens": 4, **field}
-    error = refused_quickly_with_health(server, path, body)
-    assert error["code"] == "schema_too_complex"
+    answered_quickly_with_health(server, path, body)
 
 
 @pytest.mark.timeout(60)
-def test_pathological_response_format_schema_is_refused(server: Server) -> None:
+def test_pathological_response_format_schema_is_answered_quickly(server: Server) -> None:
     rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": deep_defs()}}
-    error = refused_quickly_with_health(
+    answered_quickly_with_health(
         server, "/v1/chat/completions", chat(server, response_format=rf, max_tokens=4)
     )
-    assert error["code"] == "schema_too_complex"
 
 
 @pytest.mark.timeout(60)

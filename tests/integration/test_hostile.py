@@ -1,5 +1,6 @@
-"""Hostile input against the real server: every class gets a clear 4xx - never a 5xx, a dropped
-connection or a hang - and the server stays healthy while and after it is attacked.
+"""Hostile input against the real server: every class gets a clear 4xx (or, what the constraint
+backend serves safely, a quick answer) - never a 5xx, a dropped connection or a hang - and the
+server stays healthy while and after it is attacked.
 
 Malformed bodies go over raw httpx; everything the official client can express goes through the
 `openai` client. Almost every case is refused at the edge, so the suite costs seconds, not model
@@ -332,10 +333,22 @@ def test_an_enum_of_another_type_is_repaired_not_refused(
         assert json.loads(call["function"]["arguments"])["a"] in ("x", "y")
 
 
-def test_client_guided_regex_is_probed(server: Server, watch: HealthWatch) -> None:
+def answered_fast(r: httpx.Response, what: str, started: float) -> None:
+    """A pathological regex: refused where the backend builds automata (outlines: 400
+    ``schema_too_complex``), served where it matches lazily (llguidance, the default).
+    Either way within seconds, never a 5xx."""
+    if r.status_code == 200:
+        record(what, r.status_code)
+    else:
+        assert check_4xx(r, what)["code"] == "schema_too_complex"
+    assert time.monotonic() - started < 15
+
+
+def test_client_guided_regex_is_answered_fast(server: Server, watch: HealthWatch) -> None:
     body = {"model": server.model, "prompt": "a", "max_tokens": 1,
             "guided_regex": "(a|b)*a(a|b){19}"}  # fmt: skip
-    check_4xx(send(server, "/v1/completions", body), "guided_regex")
+    started = time.monotonic()
+    answered_fast(send(server, "/v1/completions", body), "guided_regex", started)
 
 
 @pytest.mark.parametrize(
@@ -346,11 +359,12 @@ def test_client_guided_regex_is_probed(server: Server, watch: HealthWatch) -> No
     ],
     ids=["completions", "chat"],
 )
-def test_client_structured_outputs_are_probed(
+def test_client_structured_outputs_are_answered_fast(
     server: Server, watch: HealthWatch, path: str, extra: dict[str, Any]
 ) -> None:
+    started = time.monotonic()
     r = send(server, path, {"model": server.model, "max_tokens": 4, **extra})
-    check_4xx(r, "structured_outputs")
+    answered_fast(r, "structured_outputs", started)
 
 
 def test_exploding_defs_schema_is_answered_fast(server: Server, watch: HealthWatch) -> None:

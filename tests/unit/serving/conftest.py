@@ -1,4 +1,7 @@
-"""Fixtures for the serving tests (the fakes live in serving_fakes.py)."""
+"""Fixtures for the serving tests (the fakes live in serving_fakes.py).
+
+`harness` runs the default constraint backend (guidance); `outlines_harness` the outlines
+path; `each_backend` both."""
 
 from __future__ import annotations
 
@@ -33,3 +36,15 @@ async def make_harness() -> AsyncIterator[Callable[..., Harness]]:
 @pytest.fixture
 async def harness(make_harness: Callable[..., Harness]) -> Harness:
     return make_harness()
+
+
+@pytest.fixture
+async def outlines_harness(make_harness: Callable[..., Harness]) -> Harness:
+    """The outlines backend (regexes, a call in two requests): the tests of that path."""
+    return make_harness(backend="outlines")
+
+
+@pytest.fixture(params=["guidance", "outlines"])
+async def each_backend(request: Any, make_harness: Callable[..., Harness]) -> Harness:
+    """The default backend and the outlines path: tests of behaviour both must show."""
+    return make_harness(backend=request.param)

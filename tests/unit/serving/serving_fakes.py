@@ -13,12 +13,14 @@ import httpx
 from serving.admission import Admission
 from serving.api import AppState, build_app
 from serving.chat import ChatService
-from serving.constraint_backend import ConstraintBackend
+from serving.config import DEFAULT_BACKEND, BackendName
+from serving.constraint.backend import ConstraintBackend
+from serving.constraint.factory import make_backend
 from serving.embeddings import EmbeddingService
+from serving.exceptions import UpstreamError
 from serving.limits import Limits
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
-from serving.schema_cache import SchemaCache
 
 MODEL = "test-model"
 ENGINE_METRICS = "# HELP vllm:num_requests_running Running.\nvllm:num_requests_running 0.0\n"
@@ -67,10 +69,10 @@ class FakeEngine:
     """vLLM-shaped answers from scripts.
 
     `free` / `constrained`: texts for /v1/completions without / with ``structured_outputs``;
-    each request takes the next one (the last one repeats). Under a regex (the outlines path)
-    a constrained text is a whole call, given out in its two stages; under a grammar backend's
-    constraint it is the whole turn. Streams send `chunk` characters
-    per SSE event. `gate`, when set, holds every request until it is set.
+    each request takes the next one (the last one repeats). Under a grammar backend's
+    constraint (guidance, the default; xgrammar) a constrained text is the whole turn; under a
+    regex (the outlines path) it is a whole call, given out in its two stages. Streams send
+    `chunk` characters per SSE event. `gate`, when set, holds every request until it is set.
     """
 
     model_name = "engine-internal-name"
@@ -85,8 +87,11 @@ class FakeEngine:
         self.gate: asyncio.Event | None = None
         self.entered = asyncio.Event()
         self.streams_closed_early = 0
+        self.pieces_sent = 0  # completion chunks streamed so far, over all requests
         self._pending: str | None = None
         self.chat_content = '{"answer": 42}'
+        self.chat_script: list[str] = []  # chat replies in turn (the last repeats), else above
+        self.fail: tuple[int, dict[str, Any]] | None = None  # /v1/completions streams fail so
         self.cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
 
     # -- Engine protocol ------------------------------------------------------------------
@@ -129,8 +134,11 @@ class FakeEngine:
                 yield _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             else:
                 assert path == "/v1/completions", path
+                if self.fail is not None:
+                    raise UpstreamError(*self.fail)
                 pieces = self._pieces(self._next(body))
                 for i, piece in enumerate(pieces):
+                    self.pieces_sent += 1
                     last = i == len(pieces) - 1
                     choice = {
                         "index": 0,
@@ -185,6 +193,9 @@ class FakeEngine:
         return [text[i : i + self.chunk] for i in range(0, len(text), self.chunk)] or [""]
 
     def _chat_response(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.chat_script:
+            script = self.chat_script
+            self.chat_content = script.pop(0) if len(script) > 1 else script[0]
         message = {"role": "assistant", "content": self.chat_content}
         return {
             "id": "chatcmpl-engine",
@@ -217,16 +228,20 @@ class Harness:
         max_running: int = 8,
         max_waiting: int = 8,
         limits: Limits | None = None,
-        backend: ConstraintBackend | None = None,
+        backend: ConstraintBackend | BackendName = DEFAULT_BACKEND,
         ranker: Any = None,
     ) -> None:
+        """`backend`: a backend, or the name of one built by the factory as the server
+        builds it (sandbox in threads, a byte-level vocabulary); the default's by default."""
         self.engine = FakeEngine()
         self.metrics = Metrics()
         self.prompts = PromptBuilder(FakeTokenizer(), max_model_len=max_model_len)
+        if isinstance(backend, str):
+            backend = make_backend(backend, None, mode="thread", metrics=self.metrics)
+        self.backend = backend
         self.chat = ChatService(
             self.engine,  # type: ignore[arg-type]
             self.prompts,
-            schemas=SchemaCache(self.metrics),
             metrics=self.metrics,
             max_tool_tokens=256,
             backend=backend,

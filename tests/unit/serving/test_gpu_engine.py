@@ -24,7 +24,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from serving.config import GPU_DEFAULT, ServerSettings
-from serving.grammar_checker import make_backend
+from serving.constraint.factory import make_backend
 from serving.hardware import Hardware, vllm_launch
 from serving.model_files import facts_from_config
 from tests.gpu_engine import wheel
@@ -66,9 +66,10 @@ async def _record() -> list[tuple[str, str, dict[str, Any]]]:
     named = {"type": "function", "function": {"name": "get_weather"}}
     turn = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     for backend in BACKENDS:
-        checker = None if backend == "outlines" else make_backend(backend, None, mode="thread")  # type: ignore[arg-type]
-        h = Harness(backend=checker)
-        h.engine.constrained = [turn if checker else call("get_weather", {"city": "Paris"})]
+        h = Harness(backend=make_backend(backend, None, mode="thread"))  # type: ignore[arg-type]
+        h.engine.constrained = [
+            turn if backend != "outlines" else call("get_weather", {"city": "Paris"})
+        ]
         for choice in ("auto", "required", named):
             for stream in (False, True):
                 label = choice if isinstance(choice, str) else "named"

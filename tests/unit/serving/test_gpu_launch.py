@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from serving.config import GPU_DEFAULT, ServerSettings
-from serving.constraint_backend import TurnSpec
-from serving.grammar_checker import COMPILE_BUDGET, GrammarChecker, worker_facts
+from serving.constraint.backend import TurnSpec
+from serving.constraint.factory import make_backend
+from serving.constraint.sandbox import COMPILE_BUDGET, worker_facts
 from serving.hardware import (
     CudaDriverTooOld,
     Hardware,
@@ -178,15 +179,8 @@ def qwen_like_tokenizer(folder: Path) -> Path:
     return folder
 
 
-def turn(backend: str) -> str:
-    spec = TurnSpec("required", {"get_weather": QWEN_7B_TOOL}, parallel=False)
-    if backend == "guidance":
-        from serving.backend_guidance import lark_grammar
-
-        return lark_grammar(spec)
-    from serving.backend_xgrammar import structural_tag
-
-    return json.dumps(structural_tag(spec))
+def turn() -> TurnSpec:
+    return TurnSpec("required", {"get_weather": QWEN_7B_TOOL}, parallel=False)
 
 
 QWEN_7B_TOOL = {
@@ -205,12 +199,17 @@ def test_the_checker_reads_tokenizer_json_and_stays_under_its_limit(
     compile a tool turn with their address space under the limit, which leaves the whole
     compile budget above what the libraries and the vocabulary take."""
     folder = qwen_like_tokenizer(tmp_path / "model")
-    checker = GrammarChecker(backend, str(folder), timeout_s=60.0, mode="process")
+    grammar: Any = make_backend(backend, str(folder), timeout_s=60.0, mode="process")  # type: ignore[arg-type]
+
+    async def compile_then_ask() -> dict[str, Any]:
+        await grammar.constraint(turn(), what="tools")  # in the sandbox's worker
+        facts: dict[str, Any] = await grammar.pool.run(worker_facts, what="facts", timeout_s=60)
+        return facts
+
     try:
-        asyncio.run(checker.check(turn(backend), what="tools"))
-        facts = checker._executor().submit(worker_facts).result(timeout=60)
+        facts = asyncio.run(compile_then_ask())
     finally:
-        checker.close()
+        grammar.close()
     assert facts["limit"] is not None and facts["peak"] < facts["limit"], facts
     assert facts["limit"] - facts["size"] > COMPILE_BUDGET * 0.9, facts
     if backend == "guidance":

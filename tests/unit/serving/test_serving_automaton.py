@@ -1,13 +1,13 @@
-"""serving.automaton.AutomatonProbe (real child processes) and its use by SchemaCache."""
+"""serving.constraint.regexes.AutomatonProbe (sandboxed worker processes) and its use by
+RegexSchemas (the outlines backend's regex pipeline)."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving.automaton import AutomatonProbe, count_states
-from serving.constraint import compile_schema
+from serving.constraint.regexes import AutomatonProbe, RegexSchemas, count_states
+from serving.constraint.schema_regex import compile_schema
 from serving.exceptions import InvalidRequest
-from serving.schema_cache import SchemaCache
 
 WEATHER = {
     "type": "object",
@@ -56,7 +56,7 @@ class CountingProbe(AutomatonProbe):
 
 async def test_cache_probes_each_schema_once_and_remembers_refusals() -> None:
     probe = CountingProbe(max_states=10)
-    cache = SchemaCache(probe=probe)
+    cache = RegexSchemas(probe=probe)
     small = {"type": "boolean"}
     assert (await cache.get(small)).regex == (await cache.get(small)).regex
     for what in ("tools[0].function.parameters", "tools[2].function.parameters"):
@@ -73,7 +73,7 @@ async def test_cache_keeps_counted_repetition_when_the_automaton_affords_it() ->
         "properties": {"id": {"type": "string", "pattern": "farm-[0-9a-f]{32}"}},
         "required": ["id"],
     }
-    compiled = await SchemaCache(probe=AutomatonProbe()).get(hex_id)
+    compiled = await RegexSchemas(probe=AutomatonProbe()).get(hex_id)
     assert "{32}" in compiled.regex and compiled.exact
     assert "{32}" not in compile_schema(hex_id).regex  # the fallback: checked afterwards
 
@@ -85,7 +85,7 @@ async def test_cache_falls_back_to_less_counting_when_the_automaton_is_too_big()
         "required": ["name"],
     }
     probe = CountingProbe(max_states=40)
-    compiled = await SchemaCache(probe=probe).get(name)
+    compiled = await RegexSchemas(probe=probe).get(name)
     assert probe.calls == 2
     assert "60" not in compiled.regex and not compiled.exact
     assert compiled.errors({"name": "x" * 61}) and not compiled.errors({"name": "x"})

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from serving.constraint import (
+from serving.constraint.schema_regex import (
     CompiledSchema,
     compile_schema,
     int_range_regex,

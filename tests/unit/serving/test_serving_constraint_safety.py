@@ -11,11 +11,9 @@ from typing import Any
 import pytest
 
 from bench.serving.hostile import BACKTRACKING_PATTERN, call_like_text, defs_chain, loop_lag
-from serving.automaton import AutomatonProbe
-from serving.compile_worker import SchemaCompiler
-from serving.constraint import compile_schema
+from serving.constraint.regexes import AutomatonProbe, RegexSchemas, SchemaCompiler
+from serving.constraint.schema_regex import compile_schema
 from serving.exceptions import InvalidRequest
-from serving.schema_cache import SchemaCache
 from serving.toolcalls import IntentDetector
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import WEATHER, chat_body
@@ -48,7 +46,7 @@ async def test_a_runaway_outlines_compile_costs_only_a_worker() -> None:
     the process on allocation failure): the worker dies or hits its deadline, the schema
     gets a 400, and the next schema compiles in a fresh worker."""
     compiler = SchemaCompiler(mode="process", timeout_s=4)
-    cache = SchemaCache(compiler=compiler)
+    cache = RegexSchemas(compiler=compiler)
     try:
         lag, outcome = await max_loop_lag(
             cache.get(defs_chain({"anyOf": [{"type": "object"}]}), what="tools[0]")
@@ -139,7 +137,7 @@ UNSATISFIABLE = [
 @pytest.mark.parametrize("node", UNSATISFIABLE, ids=lambda n: json.dumps(n)[:40])
 async def test_unsatisfiable_schemas_are_invalid_schema(node: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequest) as err:
-        await SchemaCache().get(node, what="tools[0].function.parameters")
+        await RegexSchemas().get(node, what="tools[0].function.parameters")
     assert err.value.code == "invalid_schema"
 
 
@@ -181,7 +179,7 @@ HOSTILE = [
 @pytest.mark.parametrize(("schema", "code"), HOSTILE)
 async def test_hostile_schemas_are_400s(schema: dict[str, Any], code: str | None) -> None:
     with pytest.raises(InvalidRequest) as err:
-        await SchemaCache().get(schema, what="response_format.json_schema")
+        await RegexSchemas().get(schema, what="response_format.json_schema")
     if code is not None:
         assert err.value.code == code
 
@@ -189,7 +187,7 @@ async def test_hostile_schemas_are_400s(schema: dict[str, Any], code: str | None
 # --------------------------------------------------------------------------- client constraints
 @pytest.mark.timeout(60)  # a regression hangs: fail instead
 async def test_a_pathological_client_regex_never_reaches_the_engine() -> None:
-    cache = SchemaCache(probe=AutomatonProbe(timeout_s=3))
+    cache = RegexSchemas(probe=AutomatonProbe(timeout_s=3))
     lag, outcome = await max_loop_lag(cache.check_regex("(a|b)*a(a|b){19}", what="guided_regex"))
     assert isinstance(outcome, InvalidRequest) and outcome.code == "schema_too_complex"
     assert lag < 0.5  # a shared 2-core machine: scheduling noise, not the probe
@@ -208,19 +206,15 @@ CHAT_CONSTRAINTS = [
     pytest.param({"guided_regex": "(unclosed"}, None, id="bad-regex"),
     pytest.param({"guided_choice": []}, None, id="empty-choice"),
     pytest.param({"guided_json": {"type": "string", "enum": []}}, "invalid_schema", id="unsat"),
-    pytest.param(
-        {"response_format": {"type": "json_schema", "json_schema": {"schema": defs_chain()}}},
-        "schema_too_complex",
-        id="response_format",
-    ),
 ]
+# Its regex would be ~2 billion characters: refused on the outlines path, while llguidance
+# (the default) builds its masks lazily and takes it as it is.
+EXPLODING_REGEX = {
+    "response_format": {"type": "json_schema", "json_schema": {"schema": defs_chain()}}
+}
 
 
-@pytest.mark.parametrize(("extra", "code"), CHAT_CONSTRAINTS)
-@pytest.mark.parametrize("route", ["chat", "completions"])
-async def test_client_constraints_are_admitted_or_refused(
-    harness: Harness, extra: dict[str, Any], code: str | None, route: str
-) -> None:
+async def _refused(harness: Harness, extra: dict[str, Any], code: str | None, route: str) -> None:
     if route == "chat":
         resp = await harness.client.post("/v1/chat/completions", json=chat_body(**extra))
     else:
@@ -235,6 +229,29 @@ async def test_client_constraints_are_admitted_or_refused(
     assert harness.engine.requests == []  # vLLM never saw it
 
 
+@pytest.mark.parametrize(("extra", "code"), CHAT_CONSTRAINTS)
+@pytest.mark.parametrize("route", ["chat", "completions"])
+async def test_client_constraints_are_admitted_or_refused(
+    each_backend: Harness, extra: dict[str, Any], code: str | None, route: str
+) -> None:
+    await _refused(each_backend, extra, code, route)
+
+
+@pytest.mark.parametrize("route", ["chat", "completions"])
+async def test_a_schema_whose_regex_would_explode_is_refused_by_outlines(
+    outlines_harness: Harness, route: str
+) -> None:
+    await _refused(outlines_harness, EXPLODING_REGEX, "schema_too_complex", route)
+
+
+async def test_the_default_backend_takes_that_schema_as_a_grammar(harness: Harness) -> None:
+    harness.engine.chat_content = "{}"
+    resp = await harness.client.post("/v1/chat/completions", json=chat_body(**EXPLODING_REGEX))
+    assert resp.status_code == 200, resp.text
+    [(_, sent)] = harness.engine.requests
+    assert set(sent["structured_outputs"]) == {"grammar"} and "%json" in json.dumps(sent)
+
+
 @pytest.mark.parametrize(
     ("extra", "regex"),
     [
@@ -245,8 +262,9 @@ async def test_client_constraints_are_admitted_or_refused(
     ],
 )
 async def test_admitted_constraints_reach_the_engine_as_one_regex(
-    harness: Harness, extra: dict[str, Any], regex: str
+    each_backend: Harness, extra: dict[str, Any], regex: str
 ) -> None:
+    harness = each_backend
     harness.engine.constrained = ["abc"]
     body = {"model": MODEL, "prompt": "x", "max_tokens": 3, **extra}
     resp = await harness.client.post("/v1/completions", json=body)
@@ -256,7 +274,8 @@ async def test_admitted_constraints_reach_the_engine_as_one_regex(
     assert not any(k.startswith("guided_") for k in sent)
 
 
-async def test_a_client_json_schema_is_sent_as_our_regex(harness: Harness) -> None:
+async def test_a_client_json_schema_is_sent_as_our_regex(outlines_harness: Harness) -> None:
+    harness = outlines_harness
     schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 5}}}
     harness.engine.constrained = ['{"n":3}']
     resp = await harness.client.post(
@@ -280,7 +299,7 @@ async def test_client_constraints_cannot_ride_along_with_tools(
 @pytest.mark.timeout(120)
 async def test_many_tools_compile_off_the_loop() -> None:
     """A thousand distinct tool schemas: compiled in the worker, the loop stays responsive."""
-    cache = SchemaCache()
+    cache = RegexSchemas()
     schemas = [
         {"type": "object", "properties": {f"a{i}": {"type": "integer", "maximum": i}}}
         for i in range(1000)

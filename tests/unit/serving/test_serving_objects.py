@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from outlines_core.json_schema import build_regex_from_schema
 
-from serving.constraint import FREE_FORM_DEPTH, compile_schema
+from serving.constraint.schema_regex import FREE_FORM_DEPTH, compile_schema
 from serving.exceptions import InvalidRequest
 from serving.patterns import json_value_regex
 

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from serving.automaton import count_states
+from serving.constraint.regexes import count_states
 from serving.patterns import json_safe_pattern
 
 

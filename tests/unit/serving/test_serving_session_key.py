@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from serving.config import DEFAULT_BACKEND
 from serving.engine import VLLMEngine
 from tests.unit.serving.serving_fakes import FakeEngine, Harness
 from tests.unit.serving.serving_helpers import ADD, PARIS, WEATHER, call, chat_body, sse_events
@@ -38,9 +39,12 @@ class RecordingVLLM:
 
 
 @pytest.fixture
-async def wired(make_harness: Any) -> AsyncIterator[tuple[Harness, RecordingVLLM]]:
-    """A harness whose engine is a real VLLMEngine talking to the recording transport."""
-    h: Harness = make_harness()
+async def wired(
+    make_harness: Any, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Harness, RecordingVLLM]]:
+    """A harness whose engine is a real VLLMEngine talking to the recording transport (the
+    default constraint backend, or the one named by an indirect parameter)."""
+    h: Harness = make_harness(backend=getattr(request, "param", DEFAULT_BACKEND))
     vllm = RecordingVLLM()
     engine = VLLMEngine([], env={}, port=0, model_name="engine", base_url="http://router.test")
     await engine._client.aclose()
@@ -75,11 +79,14 @@ async def test_plain_chat_forwards_the_session_key(
     assert vllm.seen == [("/v1/chat/completions", expected)]
 
 
+@pytest.mark.parametrize(("wired", "calls"), [("outlines", 3), ("guidance", 1)],
+                         indirect=["wired"])  # fmt: skip
 async def test_every_engine_call_of_a_streamed_auto_tool_call_carries_the_key(
-    wired: tuple[Harness, RecordingVLLM],
+    wired: tuple[Harness, RecordingVLLM], calls: int
 ) -> None:
     h, vllm = wired
-    # auto mode: a free stream that turns into a call, then the constrained head and arguments
+    # auto mode: outlines - a free stream that turns into a call, then the constrained head
+    # and arguments; guidance - the whole turn in one request, under the turn's grammar
     vllm.script.free = ["Checking.\n<tool_call>\n" + call("get_weather", {"city": "Rome"})]
     vllm.script.constrained = [call("get_weather", PARIS) + "\n</tool_call>"]
     body = chat_body(tools=[WEATHER, ADD], stream=True, user="agent-7")
@@ -93,7 +100,7 @@ async def test_every_engine_call_of_a_streamed_auto_tool_call_carries_the_key(
         if e.get("choices")
     ]
     assert "get_weather" in names
-    assert len(vllm.seen) >= 3, vllm.seen  # free stream + head + arguments
+    assert len(vllm.seen) >= calls, vllm.seen  # outlines: free stream + head + arguments
     assert {key for _, key in vllm.seen} == {"agent-7"}
 
 

@@ -1,4 +1,7 @@
-"""Tool calls through the router and ChatService over a scripted engine."""
+"""Tool calls through the router and ChatService over a scripted engine: the outlines path's
+own behaviour (`outlines_harness`: regexes, two requests per call, auto by watching text),
+and what every backend must show (`each_backend`); the default backend's one-request turns
+are in test_serving_turn.py."""
 
 from __future__ import annotations
 
@@ -21,8 +24,10 @@ from tests.unit.serving.serving_helpers import (
 )
 
 
-async def test_required_mode_sends_the_regex_and_returns_tool_calls(harness: Harness) -> None:
-    h = harness
+async def test_required_mode_sends_the_regex_and_returns_tool_calls(
+    outlines_harness: Harness,
+) -> None:
+    h = outlines_harness
     h.engine.constrained = [call("get_weather", PARIS) + "\n</tool_call>"]
     resp = await post_chat(h, tools=[WEATHER, ADD], tool_choice="required", temperature=0.2)
     assert resp.status_code == 200, resp.text
@@ -64,8 +69,8 @@ async def test_required_mode_sends_the_regex_and_returns_tool_calls(harness: Har
     assert h.metric("loopstack_tool_calls_total", mode="required", valid="true") == 1
 
 
-async def test_named_tool_choice_constrains_to_that_tool(harness: Harness) -> None:
-    h = harness
+async def test_named_tool_choice_constrains_to_that_tool(outlines_harness: Harness) -> None:
+    h = outlines_harness
     h.engine.constrained = [call("add", {"a": 2, "b": 40})]
     named = {"type": "function", "function": {"name": "add"}}
     resp = await post_chat(h, tools=[WEATHER, ADD], tool_choice=named)
@@ -79,8 +84,8 @@ async def test_named_tool_choice_constrains_to_that_tool(harness: Harness) -> No
     assert not re.fullmatch(regex, '{"city":"Oslo"}}')
 
 
-async def test_parallel_calls_are_all_returned(harness: Harness) -> None:
-    h = harness
+async def test_parallel_calls_are_all_returned(outlines_harness: Harness) -> None:
+    h = outlines_harness
     h.engine.constrained = [
         call("get_weather", PARIS) + "\n</tool_call>\n<tool_call>\n",
         call("add", {"a": 1, "b": 2}) + "\n</tool_call>",
@@ -93,8 +98,8 @@ async def test_parallel_calls_are_all_returned(harness: Harness) -> None:
     assert len({c["id"] for c in calls}) == 2
 
 
-async def test_required_mode_streams_the_same_arguments(harness: Harness) -> None:
-    h = harness
+async def test_required_mode_streams_the_same_arguments(each_backend: Harness) -> None:
+    h = each_backend
     text = call("get_weather", PARIS) + "\n</tool_call>"
     h.engine.constrained = [text]
     whole = await post_chat(h, tools=[WEATHER], tool_choice="required")
@@ -138,8 +143,8 @@ async def test_tool_choice_none_passes_through_to_the_chat_endpoint(harness: Har
     assert "loopstack" not in body
 
 
-async def test_response_format_schema_becomes_a_regex(harness: Harness) -> None:
-    h = harness
+async def test_response_format_schema_becomes_a_regex(outlines_harness: Harness) -> None:
+    h = outlines_harness
     schema = {
         "type": "object",
         "properties": {"answer": {"type": "integer", "minimum": 0, "maximum": 100}},
@@ -165,8 +170,8 @@ async def test_plain_stream_is_relayed(harness: Harness) -> None:
 
 
 # --------------------------------------------------------------------------- auto mode
-async def test_auto_mode_switches_to_a_constrained_call(harness: Harness) -> None:
-    h = harness
+async def test_auto_mode_switches_to_a_constrained_call(outlines_harness: Harness) -> None:
+    h = outlines_harness
     h.engine.chunk = 2
     h.engine.free = [
         "Let me check.\n```json\n" + call("get_weather", {"city": "Paris"}) + "\n```\n" * 20
@@ -194,8 +199,8 @@ async def test_auto_mode_switches_to_a_constrained_call(harness: Harness) -> Non
     assert h.metric("loopstack_tool_requests_total", mode="auto") == 1
 
 
-async def test_auto_mode_plain_text_is_content(harness: Harness) -> None:
-    h = harness
+async def test_auto_mode_plain_text_is_content(outlines_harness: Harness) -> None:
+    h = outlines_harness
     text = "Paris is sunny today. Use {braces} < freely and `code`.\n```python\nx = 1\n```"
     h.engine.free = [text]
     resp = await post_chat(h, tools=[WEATHER])
@@ -208,8 +213,8 @@ async def test_auto_mode_plain_text_is_content(harness: Harness) -> None:
     assert h.metric("loopstack_auto_constraint_switches_total") == 0
 
 
-async def test_auto_mode_streaming(harness: Harness) -> None:
-    h = harness
+async def test_auto_mode_streaming(outlines_harness: Harness) -> None:
+    h = outlines_harness
     h.engine.chunk = 1
     h.engine.free = ["Checking.\n<tool_call>\n" + call("get_weather", {"city": "Rome"})]
     h.engine.constrained = [call("get_weather", PARIS) + "\n</tool_call>"]
@@ -229,8 +234,8 @@ async def test_auto_mode_streaming(harness: Harness) -> None:
 
 
 # --------------------------------------------------------------------------- validation
-async def test_inexact_schema_output_is_retried_until_valid(harness: Harness) -> None:
-    h = harness
+async def test_inexact_schema_output_is_retried_until_valid(each_backend: Harness) -> None:
+    h = each_backend
     h.engine.constrained = [call("set_even", {"n": 3}), call("set_even", {"n": 4})]
     resp = await post_chat(h, tools=[EVEN], tool_choice="required", temperature=0.0)
     assert resp.status_code == 200, resp.text
@@ -242,8 +247,8 @@ async def test_inexact_schema_output_is_retried_until_valid(harness: Harness) ->
     assert h.metric("loopstack_tool_call_retries_total") == 1
 
 
-async def test_inexact_schema_output_that_never_validates_is_a_502(harness: Harness) -> None:
-    h = harness
+async def test_inexact_schema_output_that_never_validates_is_a_502(each_backend: Harness) -> None:
+    h = each_backend
     h.engine.constrained = [call("set_even", {"n": 3})]
     resp = await post_chat(h, tools=[EVEN], tool_choice="required")
     assert_openai_error(resp, 502, type_="tool_call_validation_error")
@@ -253,8 +258,8 @@ async def test_inexact_schema_output_that_never_validates_is_a_502(harness: Harn
     assert h.metric("loopstack_tool_calls_total", mode="required", valid="true") == 0
 
 
-async def test_streamed_inexact_schema_never_sends_invalid_arguments(harness: Harness) -> None:
-    h = harness
+async def test_streamed_inexact_schema_never_sends_invalid_arguments(each_backend: Harness) -> None:
+    h = each_backend
     h.engine.constrained = [call("set_even", {"n": 3})]
     resp = await post_chat(h, tools=[EVEN], tool_choice="required", stream=True)
     events = sse_events(resp.text)
@@ -265,8 +270,10 @@ async def test_streamed_inexact_schema_never_sends_invalid_arguments(harness: Ha
     )
 
 
-async def test_streamed_inexact_schema_is_validated_before_it_is_sent(harness: Harness) -> None:
-    h = harness
+async def test_streamed_inexact_schema_is_validated_before_it_is_sent(
+    each_backend: Harness,
+) -> None:
+    h = each_backend
     h.engine.chunk = 2
     h.engine.constrained = [call("set_even", {"n": 3}), call("set_even", {"n": 8})]
     resp = await post_chat(h, tools=[EVEN], tool_choice="required", stream=True)
@@ -277,8 +284,8 @@ async def test_streamed_inexact_schema_is_validated_before_it_is_sent(harness: H
     assert len(h.engine.completions(constrained=True)) == 2
 
 
-async def test_auto_mode_parallel_calls(harness: Harness) -> None:
-    h = harness
+async def test_auto_mode_parallel_calls(outlines_harness: Harness) -> None:
+    h = outlines_harness
     h.engine.free = ['{"name": "add", "arguments": {"a": 1, "b": 1}}']
     first = call("add", {"a": 1, "b": 1}) + "\n</tool_call>\n<tool_call>\n"
     h.engine.constrained = [first, call("get_weather", {"city": "Oslo"}) + "\n</tool_call>"]

@@ -9,16 +9,13 @@ from typing import Any
 
 import pytest
 
-from serving.backend_guidance import lark_grammar
-from serving.backend_xgrammar import structural_tag
-from serving.constraint_backend import (
-    ConstraintBackend,
-    TurnSpec,
-    exact_for_grammar,
-)
+from serving.constraint.backend import ConstraintBackend, TurnSpec
+from serving.constraint.factory import make_backend
+from serving.constraint.guidance import lark_grammar
+from serving.constraint.turn import ContentDelta, TurnParser
+from serving.constraint.walker import exact_for_grammar
+from serving.constraint.xgrammar import structural_tag
 from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, stem_groups
-from serving.grammar_checker import make_backend
-from serving.turn import ContentDelta, TurnParser
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import (
     ADD,
@@ -118,7 +115,7 @@ def test_xgrammar_required_allows_only_calls(xgr_check: Any) -> None:
 
 def test_guidance_grammar_enforces_the_same_turns() -> None:
     llg = pytest.importorskip("llguidance")
-    from serving.backend_guidance import _ByteTokenizer
+    from serving.constraint.guidance import _ByteTokenizer
 
     tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
 
@@ -171,10 +168,10 @@ def test_guidance_grammar_enforces_the_same_turns() -> None:
 async def test_the_checker_refuses_what_the_backend_cannot_compile(backend: str) -> None:
     b = make_backend(backend, None, mode="thread")  # type: ignore[arg-type]
     good = TurnSpec("required", PARAMS, parallel=True)
-    await b.admit(good, what="tools")
+    await b.constraint(good, what="tools")
     bad = TurnSpec("required", {"x": {"type": "string", "pattern": "[z-a]"}}, parallel=True)
     with pytest.raises(Exception, match="cannot be enforced"):
-        await b.admit(bad, what="tools")
+        await b.constraint(bad, what="tools")
     b.close()
 
 
@@ -309,7 +306,7 @@ def test_stems_group_tool_families_and_never_shadow_each_other() -> None:
 
 
 def test_guidance_objects_take_only_their_listed_properties() -> None:
-    from serving.backend_guidance import _finite_numbers
+    from serving.constraint.guidance import _finite_numbers
 
     closed = _finite_numbers({"type": "object", "properties": {"a": {"type": "string"}}})
     assert closed["additionalProperties"] is False
@@ -327,7 +324,7 @@ def test_guidance_patterns_match_the_whole_string() -> None:
     """A search pattern left the rest of the string free (the model filled it until
     max_tokens): the grammar reads an unanchored pattern as a whole-string match, a subset."""
     llg = pytest.importorskip("llguidance")
-    from serving.backend_guidance import _ByteTokenizer, _finite_numbers
+    from serving.constraint.guidance import _ByteTokenizer, _finite_numbers
 
     tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
 
@@ -351,7 +348,7 @@ def test_guidance_patterns_match_the_whole_string() -> None:
 async def test_a_pattern_the_library_cannot_compile_is_validated_instead() -> None:
     """llguidance refuses ``^`` inside an alternation; the rest of the schema is enforced and
     the pattern is left to validation, not a 400 for a schema OpenAI accepts."""
-    from serving.constraint_backend import without_patterns
+    from serving.constraint.backend import without_patterns
 
     schema = {"type": "object", "properties": {"arn": {"type": "string",  # from the corpus
               "minLength": 1, "maxLength": 115,
@@ -363,16 +360,16 @@ async def test_a_pattern_the_library_cannot_compile_is_validated_instead() -> No
     assert "pattern" in relaxed.tools["tag"]["properties"]  # a property named pattern stays
     assert without_patterns(relaxed) is None
     backend = make_backend("guidance", None, mode="thread")
-    body = await backend.admit(spec, what="tools")
+    body = await backend.constraint(spec, what="tools")
     assert "waba" not in body["grammar"] and '"arn"' in body["grammar"]
 
 
 def test_schema_transforms_walk_named_properties_as_schemas() -> None:
     """A property may be named like a keyword: its schema is still walked, the map never
     read as a schema (one walk, `map_schema`, under every backend's transform)."""
-    from serving.backend_guidance import _finite_numbers
-    from serving.backend_xgrammar import relaxed
-    from serving.constraint_backend import without_patterns
+    from serving.constraint.backend import without_patterns
+    from serving.constraint.guidance import _finite_numbers
+    from serving.constraint.xgrammar import relaxed
 
     tricky = {"type": "object", "properties": {
         "enum": {"type": "string", "pattern": "^a+$", "maxLength": 500},

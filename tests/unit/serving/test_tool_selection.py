@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 
 from memory.embedding import HashingEmbedder
-from serving.backend_guidance import lark_grammar
-from serving.constraint_backend import TurnSpec
-from serving.grammar_checker import make_backend
+from serving.constraint.backend import TurnSpec
+from serving.constraint.factory import make_backend
+from serving.constraint.guidance import lark_grammar
 from serving.schema_limits import repair_schema
 from serving.tool_rank import ToolRanker
 from serving.tool_selection import excluding, executed_calls
@@ -108,7 +108,7 @@ def test_executed_calls_are_those_with_a_tool_reply() -> None:
 
 def test_the_guidance_grammar_refuses_the_repeat_and_takes_another_call() -> None:
     llg = pytest.importorskip("llguidance")
-    from serving.backend_guidance import _ByteTokenizer
+    from serving.constraint.guidance import _ByteTokenizer
 
     tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
     spec = TurnSpec("required", {"w": excluding(CITY, [{"city": "Paris", "days": 3}])}, False)

@@ -14,7 +14,9 @@ milliseconds for a tool set, `docs/architecture.md`), and enforces integer bound
 string lengths and patterns (no lookaround: refused at admission), nested objects and arrays.
 Counted bounds above `MAX_COUNTED` are left to validation (`relaxed`): XGrammar unrolls
 them. Whitespace inside the JSON is bounded (`MAX_WHITESPACE`) so a small model cannot loop on
-newlines.
+newlines. A client's JSON schema becomes the same structural tag around one JSON value
+(`json_tag`); a client's regex goes to the engine as it is. Every payload is compiled first
+in the sandbox (`make_checker`, in the worker: XGrammar with the model's vocabulary).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from serving import envelope
-from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec, map_schema
+from serving.constraint.backend import BackendName, GrammarBackend, Payload, TurnSpec
+from serving.constraint.walker import map_schema
 
 MAX_WHITESPACE = 24
 _LOCATION = re.compile(r"^\[[^\]]*\] \S+:\d+: ")  # "[12:00:00] /project/cpp/x.cc:83: "
@@ -99,15 +102,30 @@ def structural_tag(spec: TurnSpec) -> dict[str, Any]:
     return {"type": "structural_tag", "format": fmt}
 
 
+def json_tag(schema: Any) -> dict[str, Any]:
+    """One JSON value under a client's schema, as a structural tag."""
+    return {"type": "structural_tag", "format": _arguments(schema)}
+
+
+def _check(state: Callable[[str, str], str | None], fmt: str, text: str) -> str | None:
+    """A sandbox job: compile a payload with the worker's vocabulary (`make_checker`)."""
+    return state(fmt, text)
+
+
 class XGrammarBackend(GrammarBackend):
     name: BackendName = "xgrammar"
+    check_job = staticmethod(_check)
 
     def exact(self, schema: Any) -> bool:
         return super().exact(schema) and relaxed(schema) == schema
 
-    def build(self, spec: TurnSpec) -> tuple[dict[str, Any], str]:
+    def build(self, spec: TurnSpec) -> tuple[dict[str, Any], Payload]:
         text = json.dumps(structural_tag(spec), ensure_ascii=False)
-        return {"structural_tag": text}, text
+        return {"structural_tag": text}, ("structural_tag", text)
+
+    def build_json(self, schema: Any) -> tuple[dict[str, Any], Payload]:
+        text = json.dumps(json_tag(schema), ensure_ascii=False)
+        return {"structural_tag": text}, ("structural_tag", text)
 
 
 def tokenizer_info(tokenizer_json: str) -> Any:
@@ -131,8 +149,9 @@ def tokenizer_info(tokenizer_json: str) -> Any:
     )
 
 
-def make_checker(tokenizer_path: str | None) -> Callable[[str], str | None]:
-    """In the worker: compile a structural tag with the model's vocabulary, as vLLM will."""
+def make_checker(tokenizer_path: str | None) -> Callable[[str, str], str | None]:
+    """The sandbox's setup, in the worker: load the model's vocabulary once; the checker
+    compiles a structural tag or a regex with it, as vLLM will (an error message, or None)."""
     import xgrammar as xgr
 
     if tokenizer_path is None:  # tests: a byte-level vocabulary
@@ -146,11 +165,12 @@ def make_checker(tokenizer_path: str | None) -> Callable[[str], str | None]:
         info = xgr.TokenizerInfo.from_huggingface(tok)
     compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
 
-    def check(payload: str) -> str | None:
-        if not payload:
-            return None  # warm-up
+    def check(fmt: str, text: str) -> str | None:
         try:
-            compiler.compile_structural_tag(payload)
+            if fmt == "regex":
+                compiler.compile_regex(text)
+            else:
+                compiler.compile_structural_tag(text)
         except (RuntimeError, ValueError, TypeError) as exc:
             return _LOCATION.sub("", str(exc).strip().splitlines()[0])
         return None

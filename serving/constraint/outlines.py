@@ -2,20 +2,21 @@
 
 vLLM's outlines backend enforces regexes (no structural tags), indexing every automaton state
 against the whole vocabulary when it first meets a regex (~3 ms per state here), so
-`serving.constraint` builds compact regexes from outlines_core and `serving.schema_cache`
-measures their automata first. A call is generated in two stages so that each automaton is the
-size of one schema:
+`serving.constraint.schema_regex` builds compact regexes from outlines_core and
+`serving.constraint.regexes` measures their automata first, in the sandbox. A call is
+generated in two stages so that each automaton is the size of one schema:
 
 * ``required`` / named - the prompt ends with ``<tool_call>\\n``; the call's head (which tool,
-  `constraint.name_regex`; skipped when only one is offered), then that tool's arguments
-  (`constraint.arguments_regex`), which may end by opening another call (parallel calls).
+  `schema_regex.name_regex`; skipped when only one is offered), then that tool's arguments
+  (`schema_regex.arguments_regex`), which may end by opening another call (parallel calls).
 * ``auto`` - a *lazy constraint*: the model writes freely; `toolcalls.IntentDetector` watches
   for the start of a call (``<tool_call>``, a ```json fence, a bare ``{"name": ...}``). Then
   the free stream is dropped (vLLM aborts it) and the call is generated again under the
   regexes from the text before it, which the prefix cache makes cheap.
 
-All of this path lives here; `serving.chat` hands a constrained turn to `OutlinesBackend.events`
-when this backend is configured, and to `serving.turn` for the grammar backends.
+A client's JSON schema or regex becomes one measured regex too (`client`). The regex
+pipeline lives here alone: the grammar backends make none. ``loopstack.no_repeat`` is not
+enforced on this path (README).
 """
 
 from __future__ import annotations
@@ -23,23 +24,41 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from serving.constraint import CompiledSchema, arguments_regex, name_regex
-from serving.constraint_backend import BackendName, TurnSpec
-from serving.engine import UpstreamError
+from serving.constraint.backend import BackendName, ClientKind, ClientRule
+from serving.constraint.regexes import RegexSchemas
+from serving.constraint.schema_regex import arguments_regex, name_regex
+from serving.constraint.schemas import CompiledSchema
+from serving.constraint.turn import (
+    REGENERATE,
+    AutoSwitch,
+    ContentDelta,
+    Done,
+    Event,
+    Retry,
+    Tally,
+    ToolPlan,
+    generate,
+)
+from serving.constraint.walker import refuse_unenforceable
+from serving.engine import Engine
 from serving.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN, call_head
-from serving.exceptions import ToolCallValidationError
-from serving.metrics import Metrics
+from serving.exceptions import ToolCallValidationError, constrained_generation
 from serving.toolcalls import CallEvent, CallStreamParser, IntentDetector, ParsedCall
-from serving.turn import MAX_ATTEMPTS, ContentDelta, Done, Event, Tally, ToolPlan
 
 logger = logging.getLogger(__name__)
 
 MAX_CALLS_PER_TURN = 16
 _HEAD_NAME = re.compile(r'\{"name": "([^"]*)", "arguments": $')
+# What an engine failure under a regex most often means, and what the client can do.
+_ENGINE_HINT = (
+    " - most often because compiling the schema's automaton took longer than "
+    "LOOPSTACK_REGEX_COMPILE_TIMEOUT_S; a simpler schema (fewer optional nested fields) "
+    "avoids it"
+)
 
 
 @dataclass
@@ -50,51 +69,47 @@ class Regexes:
     arguments: dict[str, str]
 
 
-class TurnHost(Protocol):
-    """What the two stages need from the chat service (`serving.chat.ChatService`)."""
-
-    metrics: Metrics
-
-    def engine_body(
-        self, plan: ToolPlan, prompt: str, *, regex: str | None, tally: Tally
-    ) -> dict[str, Any]: ...
-    def stream_text(self, body: dict[str, Any], tally: Tally) -> AsyncGenerator[str]: ...
-    async def problems(self, plan: ToolPlan, call: ParsedCall) -> list[str]: ...
-    async def check_sent(self, plan: ToolPlan, calls: list[ParsedCall]) -> int: ...
-
-
 class OutlinesBackend:
     name: BackendName = "outlines"
-    single_request = False
 
-    def exact(self, schema: Any) -> bool:  # decided per schema by `serving.constraint`
-        return False
+    def __init__(self, regexes: RegexSchemas | None = None) -> None:
+        self.regexes = regexes or RegexSchemas()
+        self.schemas = self.regexes.cache
 
-    async def admit(self, spec: TurnSpec, *, what: str) -> dict[str, Any]:
-        raise NotImplementedError("the outlines path builds its regexes with `regexes`")
+    async def tool_schema(self, schema: Any, *, what: str, enforced: bool = True) -> CompiledSchema:
+        if not enforced:  # the unconstrained baseline: validated, never enforced
+            return await self.schemas.checked(schema, what=what)
+        refuse_unenforceable(schema, what=what)
+        return await self.regexes.get(schema, what=what)
+
+    async def admit(self, plan: ToolPlan) -> ToolPlan:
+        plan.constraint = Regexes(
+            name_regex(list(plan.tools)),
+            {n: arguments_regex(c, parallel=plan.parallel) for n, c in plan.tools.items()},
+        )
+        return plan
+
+    async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule:
+        if kind == "json":
+            compiled = await self.regexes.get(value, what=what)
+            return ClientRule({"regex": compiled.regex}, compiled)
+        await self.regexes.check_regex(value, what=what)
+        return ClientRule({"regex": value})
 
     def warm(self) -> None:
-        return None
+        self.regexes.compiler.pool.warm()
 
     def close(self) -> None:
-        return None
+        self.regexes.close()
 
-    @staticmethod
-    def regexes(offered: dict[str, CompiledSchema], *, parallel: bool) -> Regexes:
-        return Regexes(
-            name_regex(list(offered)),
-            {n: arguments_regex(c, parallel=parallel) for n, c in offered.items()},
-        )
-
-    async def events(
-        self, host: TurnHost, plan: ToolPlan, tally: Tally, *, live: bool
-    ) -> AsyncIterator[Event]:
+    async def turn(self, plan: ToolPlan, engine: Engine) -> AsyncIterator[Event]:
         """A constrained turn: free text in ``auto`` until a call starts, then the calls."""
+        tally = Tally()
         prompt = plan.prompt
         if plan.mode == "auto":
             detector, sent, intent = IntentDetector(), 0, None
-            body = host.engine_body(plan, plan.prompt, regex=None, tally=tally)
-            async with contextlib.aclosing(host.stream_text(body, tally)) as deltas:
+            body = plan.body(engine, plan.prompt, tally)
+            async with contextlib.aclosing(generate(engine, body, tally)) as deltas:
                 async for delta in deltas:
                     safe, intent = detector.feed(delta)
                     if safe > sent:
@@ -107,37 +122,52 @@ class OutlinesBackend:
                     yield ContentDelta(detector.text[sent:])
                 yield Done(tally.finish, tally.tokens, tally.cached)
                 return
-            host.metrics.auto_switches.inc()
+            yield AutoSwitch()
             prompt = plan.prompt + (intent.text_before + "\n" if intent.text_before else "")
             tally.finish = "stop"
-        stages = _Stages(host, plan, tally)
-        if live and plan.exact:
+        stages = _Stages(plan, engine, tally)
+        if plan.stream and plan.exact:
             parser = CallStreamParser()
             async for delta in stages.call_rounds(prompt):
                 for ev in parser.feed(delta):
                     yield ev
             calls = [c for c in parser.calls if c.complete]
-            invalid = await host.check_sent(plan, calls)
+            invalid = await _check_sent(plan, calls)
         else:
-            calls = await stages.validated_calls(prompt)  # validated there
-            invalid = 0
+            calls, invalid = [], 0
+            async for got in stages.validated_calls(prompt):
+                if isinstance(got, Retry):
+                    yield got
+                else:
+                    calls.append(got)
             for c in calls:
                 yield CallEvent(c.index, c.id, name=c.name, arguments_delta=c.arguments)
-        host.metrics.tool_calls.labels(mode=plan.mode, valid="true").inc(len(calls) - invalid)
         yield Done(
             "tool_calls" if calls and tally.finish != "length" else tally.finish,
             tally.tokens,
             tally.cached,
+            calls=len(calls),
+            invalid=invalid,
         )
+
+
+async def _check_sent(plan: ToolPlan, calls: list[ParsedCall]) -> int:
+    """Streamed calls were sent as generated (the regex enforces their schema exactly);
+    check them anyway, so a gap in that guarantee shows in logs and metrics."""
+    invalid = 0
+    for c in calls:
+        if await plan.problems(c):
+            invalid += 1
+            logger.error("invalid tool call left the server: %s %s", c.name, c.arguments)
+    return invalid
 
 
 class _Stages:
     """The two stages of one turn's calls, and their regeneration when invalid."""
 
-    def __init__(self, host: TurnHost, plan: ToolPlan, tally: Tally) -> None:
-        self.host, self.plan, self.tally = host, plan, tally
-        assert isinstance(plan.regexes, Regexes)
-        self.regexes: Regexes = plan.regexes
+    def __init__(self, plan: ToolPlan, engine: Engine, tally: Tally) -> None:
+        self.plan, self.engine, self.tally = plan, engine, tally
+        self.regexes: Regexes = plan.constraint
 
     async def call_rounds(
         self, prompt: str, override: dict[str, Any] | None = None
@@ -175,44 +205,34 @@ class _Stages:
     async def _generate(
         self, prompt: str, regex: str, override: dict[str, Any] | None
     ) -> AsyncIterator[str]:
-        body = self.host.engine_body(self.plan, prompt, regex=regex, tally=self.tally)
+        body = self.plan.body(self.engine, prompt, self.tally, structured_outputs={"regex": regex})
         if body["max_tokens"] <= 0:
             self.tally.finish = "length"
             return
-        try:
-            async for delta in self.host.stream_text({**body, **(override or {})}, self.tally):
+        with constrained_generation("the tool schema's constraint", hint=_ENGINE_HINT):
+            async for delta in generate(self.engine, {**body, **(override or {})}, self.tally):
                 yield delta
-        except UpstreamError as exc:
-            if exc.status_code < 500:
-                raise
-            raise ToolCallValidationError(
-                "the engine failed while generating under the tool schema's constraint - most "
-                "often because compiling the schema's automaton took longer than "
-                "LOOPSTACK_REGEX_COMPILE_TIMEOUT_S; a simpler schema (fewer optional nested "
-                f"fields) avoids it. Engine said: {exc.message}"
-            ) from exc
 
-    async def validated_calls(self, prompt: str) -> list[ParsedCall]:
+    async def validated_calls(self, prompt: str) -> AsyncIterator[ParsedCall | Retry]:
+        """The turn's calls once they validate (each failed attempt a `Retry` before them)."""
         tally, plan = self.tally, self.plan
-        override: dict[str, Any] | None = None
         budget_start, spent = tally.tokens, 0
-        for attempt in range(MAX_ATTEMPTS):
+        for attempt in range(REGENERATE.attempts):
             tally.tokens, tally.finish = budget_start, "stop"  # each attempt gets the budget
             parser = CallStreamParser()
+            override = REGENERATE.sampling(attempt, plan.temperature)
             async for delta in self.call_rounds(prompt, override):
                 parser.feed(delta)
             spent += tally.tokens - budget_start
             calls = [c for c in parser.calls if c.complete]
-            problems = [p for c in calls for p in await self.host.problems(plan, c)]
+            problems = [p for c in calls for p in await plan.problems(c)]
             if not calls and tally.finish == "stop":
                 problems.append(f"no complete call in {parser.text!r:.200}")
             if not problems:
                 tally.tokens = budget_start + spent  # usage reports every attempt
-                return calls
-            self.host.metrics.tool_retries.inc()
+                for c in calls:
+                    yield c
+                return
             logger.warning("tool call failed validation (attempt %d): %s", attempt + 1, problems)
-            temp = max(float(plan.sampling.get("temperature") or 0.0), 0.7)
-            override = {"temperature": temp, "seed": attempt + 1}
-        raise ToolCallValidationError(
-            "the model did not produce tool-call arguments valid for the schema"
-        )
+            yield Retry(attempt, problems)
+        raise REGENERATE.exhausted("tool-call arguments")

@@ -10,6 +10,12 @@ enforces JSON Schema broadly (numeric bounds, lengths, enums, patterns without l
   the free text allows them by id.
 * ``required`` / named - ``{"name": "<tool>", "arguments": <schema>}`` calls joined by the
   separator, nothing else.
+* a client's JSON schema (``response_format``, ``structured_outputs.json``) - the same
+  ``%json`` lexeme alone (`json_grammar`), tightened the same way; a client's regex goes to
+  the engine as it is. Neither makes a regex of ours.
+
+Every payload is compiled first in the sandbox (`make_checker`, in the worker: llguidance
+with the model's vocabulary) before vLLM sees it.
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from serving import envelope
-from serving.constraint_backend import BackendName, GrammarBackend, TurnSpec, map_schema
+from serving.constraint.backend import BackendName, GrammarBackend, Payload, TurnSpec
+from serving.constraint.sandbox import CompilePool
+from serving.constraint.schemas import SchemaCache
+from serving.constraint.walker import map_schema
 
 # One line, with the separators the model writes everywhere else (``{"city": "Paris", "days":
 # 5}``): whitespace left free let a small model loop on it (llguidance repeats its whitespace
@@ -94,6 +103,11 @@ def _schema(schema: Any) -> str:
     return "%json " + json.dumps(body, ensure_ascii=False)
 
 
+def json_grammar(schema: Any) -> str:
+    """The Lark grammar of one JSON value under a client's schema."""
+    return "%llguidance {}\nstart: " + _schema(schema) + "\n"
+
+
 def _regex(pattern: str) -> str:
     return "/" + pattern.replace("/", "\\/") + "/"
 
@@ -153,17 +167,46 @@ def _escape_re(text: str) -> str:
     return "".join("\\" + c if c in r"\.^$|?*+()[]{}/" else c for c in text)
 
 
+def _check(state: Callable[[str, str], str | None], fmt: str, text: str) -> str | None:
+    """A sandbox job: compile a payload with the worker's vocabulary (`make_checker`)."""
+    return state(fmt, text)
+
+
 class GuidanceBackend(GrammarBackend):
     name: BackendName = "guidance"
-    tag_ids: dict[str, int] | None = None  # set from the tokenizer by the server
+    check_job = staticmethod(_check)
 
-    def build(self, spec: TurnSpec) -> tuple[dict[str, Any], str]:
+    def __init__(
+        self,
+        pool: CompilePool,
+        *,
+        schemas: SchemaCache | None = None,
+        timeout_s: float = 10.0,
+        tags: Callable[[], dict[str, int] | None] | None = None,
+    ) -> None:
+        super().__init__(pool, schemas=schemas, timeout_s=timeout_s)
+        self._tags = tags  # token ids of `envelope.CALL_TAGS`, read once the tokenizer is up
+        self._tag_ids: dict[str, int] | None = None
+        self._tags_read = tags is None
+
+    @property
+    def tag_ids(self) -> dict[str, int] | None:
+        if not self._tags_read and self._tags is not None:
+            self._tag_ids, self._tags_read = self._tags(), True
+        return self._tag_ids
+
+    def build(self, spec: TurnSpec) -> tuple[dict[str, Any], Payload]:
         grammar = lark_grammar(spec, self.tag_ids)
-        return {"grammar": grammar}, grammar
+        return {"grammar": grammar}, ("grammar", grammar)
+
+    def build_json(self, schema: Any) -> tuple[dict[str, Any], Payload]:
+        grammar = json_grammar(schema)
+        return {"grammar": grammar}, ("grammar", grammar)
 
 
-def make_checker(tokenizer_path: str | None) -> Callable[[str], str | None]:
-    """In the worker: build the grammar's parser against the model's vocabulary."""
+def make_checker(tokenizer_path: str | None) -> Callable[[str, str], str | None]:
+    """The sandbox's setup, in the worker: load the model's vocabulary once; the checker
+    builds a payload's parser against it (an error message, or None)."""
     import llguidance
 
     if tokenizer_path is None:  # tests: a byte-level vocabulary
@@ -176,10 +219,11 @@ def make_checker(tokenizer_path: str | None) -> Callable[[str], str | None]:
 
         tokenizer = llguidance.hf.from_tokenizer(AutoTokenizer.from_pretrained(tokenizer_path))
 
-    def check(payload: str) -> str | None:
-        if not payload:
-            return None
-        grammar = llguidance.grammar_from("grammar", payload)
+    def check(fmt: str, text: str) -> str | None:
+        try:
+            grammar = llguidance.grammar_from(fmt, text)  # type: ignore[arg-type]
+        except ValueError as exc:
+            return str(exc)[:300]
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
         if is_error:
             return "; ".join(messages)[:300] or "invalid grammar"

@@ -11,10 +11,11 @@ structured-output backend enforces token by token. Two gaps are closed here:
   are marked ``exact=False``: their output is still checked with jsonschema, and a failure is
   retried or refused, never passed on.
 
-Used by the ``outlines`` constraint backend (`serving.backend_outlines`: `name_regex` for a
-call's head, `arguments_regex` for its arguments) and for client ``response_format`` /
-``structured_outputs`` schemas (`serving.client_constraints`). The grammar backends
-(``guidance``, the default, and ``xgrammar``) take the JSON Schema itself.
+The ``outlines`` constraint backend alone uses it (`serving.constraint.outlines`:
+`name_regex` for a call's head, `arguments_regex` for its arguments, `compile_schema` for a
+client's ``response_format`` / ``structured_outputs`` schema), through the sandbox and the
+automaton probe (`serving.constraint.regexes`). The grammar backends (``guidance``, the
+default, and ``xgrammar``) take the JSON Schema itself and make no regex.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator, SchemaError
 from outlines_core.json_schema import build_regex_from_schema
 
+from serving.constraint.schemas import CompiledSchema, check_json_schema
+from serving.constraint.walker import INEXACT_KEYWORDS
 from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, call_head
 from serving.exceptions import InvalidRequest
 from serving.patterns import (
@@ -41,58 +43,18 @@ from serving.schema_limits import HUGE_BOUND, SchemaLimits, check_schema_limits,
 from serving.validation import SafeValidator
 
 WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)
-# Largest {m,n} / maxLength / maxItems compiled into a regex: SchemaCache tries the first,
+# Largest {m,n} / maxLength / maxItems compiled into a regex: RegexSchemas tries the first,
 # and falls back to the second when the automaton probe finds the result too big.
 COUNTED_LIMITS = (64, 16)
 MAX_COUNTED = COUNTED_LIMITS[-1]
 # A sanity bound on the regex text itself (vLLM parses it with Python's `re` first). What a
-# regex costs to compile is its automaton, measured by `serving.automaton.AutomatonProbe`.
+# regex costs to compile is its automaton, measured by `serving.constraint.regexes.AutomatonProbe`.
 MAX_REGEX_CHARS = 200_000
 FREE_FORM_DEPTH = 2  # containers a free-form value may nest (Outlines allows about as many)
 _PLACEHOLDER = "LSNUMRANGE{}X"
-# Keywords whose meaning no regex built here enforces: output must be re-validated.
-_INEXACT_KEYWORDS = frozenset(
-    {
-        "multipleOf",
-        "uniqueItems",
-        "not",
-        "if",
-        "then",
-        "else",
-        "contains",
-        "minContains",
-        "maxContains",
-        "patternProperties",
-        "propertyNames",
-        "dependentRequired",
-        "dependentSchemas",
-        "dependencies",
-        "minProperties",
-        "maxProperties",
-        "unevaluatedProperties",
-        "unevaluatedItems",
-    }
-)
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SUBSCHEMA_SINGLE = ("items", "additionalProperties")
-
-
-@dataclass(frozen=True)
-class CompiledSchema:
-    """A JSON schema, its constraining regex, and a validator for the final check."""
-
-    schema: dict[str, Any]
-    regex: str
-    exact: bool
-    validator: SafeValidator = field(compare=False, repr=False)
-
-    def errors(self, value: Any) -> list[str]:
-        """jsonschema's messages (empty: valid); patterns bounded in time (`validation`)."""
-        return self.validator.errors(value)
-
-    async def errors_off_loop(self, value: Any) -> list[str]:
-        return await self.validator.errors_off_loop(value)
 
 
 @dataclass
@@ -115,7 +77,7 @@ def compile_schema(
     """Check `schema`, then build its regex. Raises InvalidRequest for a bad schema.
     Counted repetition above `max_counted` is left to the final jsonschema check.
     Synchronous and CPU-bound (bounded by `limits` and `MAX_REGEX_CHARS`): async callers run
-    it in a thread (`SchemaCache`)."""
+    it in the sandbox (`serving.constraint.regexes`)."""
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{what} must be a JSON object", param=what)
     check_schema_limits(schema, what=what, limits=limits)
@@ -141,22 +103,6 @@ def compile_schema(
     for i in reversed(range(len(ctx.ranges))):
         regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({ctx.ranges[i]})")
     return CompiledSchema(schema, regex, exact, SafeValidator(schema))
-
-
-def check_json_schema(schema: dict[str, Any], what: str) -> None:
-    """InvalidRequest unless `schema` is valid JSON Schema (draft 2020-12)."""
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise InvalidRequest(
-            f"{what} is not a valid JSON Schema: {exc.message}", param=what
-        ) from exc
-    except (RecursionError, OverflowError, ValueError, TypeError) as exc:  # e.g. a{99999999999}
-        raise InvalidRequest(
-            f"{what} is not a valid JSON Schema: {type(exc).__name__}: {str(exc)[:200]}",
-            param=what,
-            code="invalid_schema",
-        ) from exc
 
 
 _PLACEHOLDER_REF = re.compile('"' + _PLACEHOLDER.format(r"(\d+)") + '"')
@@ -223,7 +169,7 @@ def _rewrite_bounds(node: Any, ctx: _Rewrite, *, root: bool = False) -> bool:
     if not isinstance(node, dict):
         return True
     what = ctx.what
-    exact = not (_INEXACT_KEYWORDS & node.keys())
+    exact = not (INEXACT_KEYWORDS & node.keys())
     # outlines_core reads oneOf as anyOf (a value fitting two branches gets through) and
     # concatenates the branches of allOf (the result is not even JSON).
     if len(node.get("oneOf") or []) > 1:
@@ -304,7 +250,7 @@ _ANNOTATIONS = frozenset(
 )  # fmt: skip
 # Keys that leave an object node to Outlines: it combines them with the properties in ways
 # the regex built here does not. Every other key is an annotation or a keyword about other
-# types, or an object keyword that makes the node inexact (`_INEXACT_KEYWORDS`: validated).
+# types, or an object keyword that makes the node inexact (`INEXACT_KEYWORDS`: validated).
 # Outlines writes an object quadratically per level, so the fewer objects it sees the better
 # (nested non-plain objects once grew a 5 KB schema into gigabytes inside outlines_core).
 _OUTLINES_OBJECT_KEYS = frozenset(

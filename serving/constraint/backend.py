@@ -1,0 +1,217 @@
+"""The constraint backend: the one seam between a request and how its output is constrained.
+
+`LOOPSTACK_CONSTRAINT_BACKEND` picks one (`serving.constraint.factory`); the engine is started
+with the matching vLLM structured-output backend (``--structured-outputs-config.backend``),
+since vLLM fixes it per engine. A backend owns everything constraint-shaped in a request:
+
+* `tool_schema` - a tool's parameters admitted (checked, refused, compiled as the backend
+  needs; whether it enforces them exactly);
+* `admit` - a turn's constraint built and compiled first, in the sandbox (a 400 here, before
+  any reply is sent); None when ``loopstack.no_repeat`` leaves no call to make;
+* `turn` - **the whole turn**: engine requests, reading the text back, validation and
+  regeneration (`serving.constraint.turn.REGENERATE`), as events;
+* `client` - a client's own constraint (``response_format``, ``structured_outputs``,
+  ``guided_*``) in the backend's own terms.
+
+The backends:
+
+* ``guidance`` (llguidance, the default) and ``xgrammar`` - `GrammarBackend`s: the whole
+  turn (free text in ``auto``, then one or more calls, each under its own tool's argument
+  schema) is **one engine request** under one grammar (`guidance`, `xgrammar`), and a
+  client's JSON schema becomes the same kind of grammar - no regex is made. Every grammar
+  is compiled by us first, with the engine's own library and the model's vocabulary, in
+  the sandbox (`serving.constraint.sandbox`): vLLM has no timeout on compiling JSON-schema
+  or structural-tag grammars, so a pathological one must never reach it.
+* ``outlines`` - the older path (`serving.constraint.outlines`): regexes built with
+  outlines_core, a call in two requests (head, then arguments), ``auto`` by watching text.
+
+Whatever a backend does not enforce exactly is still validated with jsonschema before a
+call leaves the server, and features no backend enforces and no generation is likely to
+meet by chance (lookaround, backreferences in ``pattern``) are refused at admission
+(`walker.refuse_unenforceable`). Every verdict is kept in the one `SchemaCache`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from serving.config import BackendName
+from serving.constraint.sandbox import CompilePool
+from serving.constraint.schemas import CompiledSchema, SchemaCache, schema_key
+from serving.constraint.turn import Event, ToolMode, ToolPlan, grammar_turn
+from serving.constraint.walker import drop_patterns, exact_for_grammar, refuse_unenforceable
+from serving.engine import Engine
+from serving.exceptions import InvalidRequest, constrained_generation
+from serving.tool_selection import without_answered
+
+logger = logging.getLogger(__name__)
+
+ClientKind = Literal["json", "regex"]  # a client's choice list arrives as its regex
+# What a grammar backend's sandbox compiles: (format, text), e.g. ("grammar", <lark>).
+Payload = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class TurnSpec:
+    """What one turn's constraint must allow: calls of these tools (name -> parameters)."""
+
+    mode: ToolMode
+    tools: dict[str, Any]
+    parallel: bool
+
+    def key(self) -> str:
+        return json.dumps([self.mode, self.parallel, self.tools], sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class ClientRule:
+    """A client constraint as the engine will get it, and the schema its output must meet
+    (a JSON schema's; None for a regex)."""
+
+    structured_outputs: dict[str, Any]
+    schema: CompiledSchema | None = None
+
+
+class ConstraintBackend(Protocol):
+    """What the chat service asks of a backend (see the module docstring)."""
+
+    name: BackendName
+
+    async def tool_schema(
+        self, schema: Any, *, what: str, enforced: bool = True
+    ) -> CompiledSchema: ...
+    async def admit(self, plan: ToolPlan) -> ToolPlan | None: ...
+    def turn(self, plan: ToolPlan, engine: Engine) -> AsyncIterator[Event]: ...
+    async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule: ...
+    def warm(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def without_patterns(spec: TurnSpec) -> TurnSpec | None:
+    """`spec` with every valid ``pattern`` left out of the constraint (``pattern`` is inexact:
+    a call is validated against the client's schema before it leaves), or None if none."""
+    tools = {name: drop_patterns(schema) for name, schema in spec.tools.items()}
+    return TurnSpec(spec.mode, tools, spec.parallel) if tools != spec.tools else None
+
+
+class GrammarBackend:
+    """What the xgrammar and guidance backends share: admission of a grammar compiled first
+    in the sandbox (verdicts in the one cache), the one-request turn, client constraints.
+
+    A subclass says how a turn and a client's JSON schema become its grammar (`build`,
+    `build_json`) and which sandbox job compiles a payload (`check_job`)."""
+
+    name: BackendName
+    check_job: Callable[[Any, str, str], str | None]  # (state, format, text) -> error or None
+
+    def __init__(
+        self, pool: CompilePool, *, schemas: SchemaCache | None = None, timeout_s: float = 10.0
+    ) -> None:
+        self.pool = pool
+        self.schemas = schemas or SchemaCache()
+        self.timeout_s = timeout_s
+
+    # -- what a subclass says --------------------------------------------------------------
+    def build(self, spec: TurnSpec) -> tuple[dict[str, Any], Payload]:
+        """A turn's ``structured_outputs`` and the payload the sandbox compiles."""
+        raise NotImplementedError
+
+    def build_json(self, schema: Any) -> tuple[dict[str, Any], Payload]:
+        """A client's JSON schema as ``structured_outputs``, and its payload."""
+        raise NotImplementedError
+
+    def exact(self, schema: Any) -> bool:
+        return exact_for_grammar(schema)
+
+    # -- the backend -----------------------------------------------------------------------
+    async def tool_schema(self, schema: Any, *, what: str, enforced: bool = True) -> CompiledSchema:
+        if not enforced:  # the unconstrained baseline: validated, never enforced
+            return await self.schemas.checked(schema, what=what)
+        refuse_unenforceable(schema, what=what)
+        return await self.schemas.checked(schema, what=what, exact=self.exact)
+
+    async def admit(self, plan: ToolPlan) -> ToolPlan | None:
+        schemas = {n: c.schema for n, c in plan.tools.items()}
+        if plan.answered:  # loopstack.no_repeat: the grammar admits no answered call again
+            schemas = without_answered(schemas, plan.answered, plan.mode)
+            if not schemas:
+                return None
+        plan.constraint = await self.constraint(TurnSpec(plan.mode, schemas, plan.parallel))
+        return plan
+
+    async def constraint(self, spec: TurnSpec, *, what: str = "tools") -> dict[str, Any]:
+        """The ``structured_outputs`` of a turn of `spec`, compiled first (decided once)."""
+        relaxed = without_patterns(spec)
+        return await self._admitted(
+            "turn:" + spec.key(), what, self.build(spec),
+            None if relaxed is None else (lambda: self.build(relaxed)),
+        )  # fmt: skip
+
+    async def turn(self, plan: ToolPlan, engine: Engine) -> AsyncIterator[Event]:
+        with constrained_generation("the tools' constraint"):
+            async for ev in grammar_turn(plan, engine, plan.constraint, live=plan.stream):
+                yield ev
+
+    async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule:
+        if kind == "regex":
+            body = await self._admitted(
+                "regex:" + value, what, ({"regex": value}, ("regex", value)), None
+            )
+            return ClientRule(body)
+        schema = await self.tool_schema(value, what=what)
+        relaxed = drop_patterns(value)
+        body = await self._admitted(
+            "json:" + schema_key(value), what, self.build_json(value),
+            None if relaxed == value else (lambda: self.build_json(relaxed)),
+        )  # fmt: skip
+        return ClientRule(body, schema)
+
+    def warm(self) -> None:
+        self.pool.warm()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -- compiling first -------------------------------------------------------------------
+    async def _admitted(
+        self,
+        key: str,
+        what: str,
+        made: tuple[dict[str, Any], Payload],
+        relaxed: Callable[[], tuple[dict[str, Any], Payload]] | None,
+    ) -> dict[str, Any]:
+        """`made`'s ``structured_outputs`` once its payload compiled in the sandbox (decided
+        once per `key`). A pattern the engine's library cannot compile (anchors inside
+        alternations, a pattern with length bounds): the rest is enforced (`relaxed`), the
+        pattern validated after generation."""
+
+        async def decide() -> dict[str, Any]:
+            hit = await self._compiled(*made, what=what)
+            if isinstance(hit, InvalidRequest) and hit.code == "invalid_schema" and relaxed:
+                retry = await self._compiled(*relaxed(), what=what)
+                hit = retry if not isinstance(retry, InvalidRequest) else hit
+            if isinstance(hit, InvalidRequest):
+                raise hit
+            return hit
+
+        return await self.schemas.verdict(key, what, decide, timed=True)
+
+    async def _compiled(
+        self, body: dict[str, Any], payload: Payload, *, what: str
+    ) -> dict[str, Any] | InvalidRequest:
+        try:
+            error = await self.pool.run(self.check_job, *payload, what=what,
+                                        timeout_s=self.timeout_s)  # fmt: skip
+        except InvalidRequest as exc:  # over the deadline or the memory ceiling
+            return exc
+        if error is not None:
+            return InvalidRequest(
+                f"{what} cannot be enforced by the {self.name} backend: {error[:300]}",
+                param=what,
+                code="invalid_schema",
+            )
+        return body
