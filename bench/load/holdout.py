@@ -1,11 +1,12 @@
-"""The plan checked against measurement: fit the replica model on some levels of a sweep,
-predict the levels it did not see, and say how far off it was.
+"""The plan checked against measurement: what a hold-out check keeps and what the replica
+model takes from a sweep.
 
-``validate(result, fit=[1, 4, 16], holdout=[8, 12])`` fits ``bench.load.simulate`` on the
-fit levels of a saved sweep and predicts each held-out level's p50 and p95 warm step
-latency and steps/s; the error is ``predicted / measured - 1``. The same fitted model then
-answers the plan's questions (`bench.load.capacity`). Everything the model assumes is
-written into the result (``Validation.assumptions``) so the report can name it.
+``bench.load.modelled.validate(result, fit=[1, 4, 16], holdout=[8, 12])`` fits
+``bench.load.simulate`` on the fit levels of a saved sweep and predicts each held-out level's
+p50 and p95 warm step latency and steps/s; each ``HoldoutRow``'s error is
+``predicted / measured - 1``, and ``Validation`` (stored in the result, so the JSON and HTML
+reports carry it) names every assumption. Here: those records, the tool-latency mixture and
+the step shapes and observations read from the sweep's records.
 """
 
 from __future__ import annotations
@@ -17,14 +18,7 @@ from dataclasses import dataclass, field
 
 from bench.load.metrics import StepRecord
 from bench.load.scenario import Sampler, ToolLatency
-from bench.load.simulate import (
-    Fit,
-    Observed,
-    StepShape,
-    Workload,
-    fit_engine,
-    simulate_many,
-)
+from bench.load.simulate import Observed, StepShape, Workload
 
 
 class MixtureSampler(Sampler):
@@ -163,89 +157,6 @@ def workload_factory(
     return make
 
 
-def validate(
-    result: object,
-    fit: Sequence[int],
-    holdout: Sequence[int],
-    arm: str = "ours",
-    reps: int = 8,
-    tool: Sampler | None = None,
-) -> tuple[Validation, Fit, WorkloadFor]:
-    """Fit on ``fit`` levels of a saved sweep; predict ``holdout`` (and the fit levels)."""
-    from bench.load import BenchError
-    from bench.load.result import RunResult
-
-    assert isinstance(result, RunResult)
-    levels = {int(lv.summary.level): lv for lv in result.levels if lv.summary.arm == arm}
-    missing = [n for n in [*fit, *holdout] if n not in levels]
-    if missing:
-        raise BenchError(f"levels {missing} are not in the result (it has {sorted(levels)})")
-    if not fit:
-        raise BenchError("the fit needs at least one level")
-    fit_steps = [s for n in fit for s in levels[n].steps]
-    shapes = shapes_by_step(fit_steps)
-    if not shapes:
-        raise BenchError("the fit levels have no successful steps with token counts")
-    if tool is None:
-        tool = MixtureSampler(
-            ToolLatency.model_validate(result.scenario.get("tool_latency") or {}),
-            result.scenario.get("tools") or [],
-        )
-    tasks = int(result.config.get("tasks_per_agent", 1))
-    make = workload_factory(shapes, tool, tasks)
-    obs = [observed(n, levels[n].steps, levels[n].summary) for n in sorted(fit)]
-    fitted = fit_engine(obs, make)
-    m = fitted.model
-    rows = []
-    for n in sorted({*fit, *holdout}):
-        sim = simulate_many(m, make(n), reps)
-        s = levels[n].summary
-        rows.append(
-            HoldoutRow(
-                agents=n,
-                role="fit" if n in fit else "holdout",
-                measured_p50_s=s.step_latency.p50,
-                measured_p95_s=s.step_latency.p95,
-                measured_steps_per_s=s.steps_per_s,
-                predicted_p50_s=sim.p(50),
-                predicted_p95_s=sim.p(95),
-                predicted_steps_per_s=sim.steps_per_s,
-                predicted_task_p95_s=sim.task_p(95),
-                measured_task_p95_s=s.task_latency.p95,
-                warm_steps=s.warm_steps,
-            )
-        )
-    assumptions = [
-        "one replica = one vLLM engine; each scheduler iteration costs a fixed part, a part "
-        "per decoding sequence and a part per uncached prompt token (chunked prefill, "
-        f"budget {m.token_budget} tokens); fitted: {m.describe()}",
-        "one iteration (decode time per token) and the prefill time from vLLM's request "
-        f"histograms at {min(fit)} agent(s); fitted on {sorted(fit)}: the per-sequence share "
-        f"of an iteration ({fitted.split:.2f}) and the per-token share of that prefill time "
-        f"({fitted.prefill_share:.2f}; the rest is per-request latency outside the worker)",
-        "each step's prompt, cached and completion tokens drawn from the fit levels' steps "
-        f"of the same index ({sum(len(s) for s in shapes)} steps, {len(shapes)} step indices):"
-        " context growth and the prefix-cache hit rate as measured",
-        f"tool latency: {_tool_words(result.scenario)}, the tool drawn uniformly",
-        f"closed loop: {tasks} task(s) per agent, the next step sent when the tool returns",
-        "warm steps only in the measured latencies (a new tool schema's first use is not modelled)",
-    ]
-    val = Validation(
-        fit_levels=sorted(fit),
-        holdout_levels=sorted(holdout),
-        engine=m.describe(),
-        split=fitted.split,
-        fit_error=fitted.error,
-        rows=rows,
-        assumptions=assumptions,
-        iter_s=m.iter_s,
-        decode_seq_s=m.decode_seq_s,
-        prefill_token_s=m.prefill_token_s,
-        overhead_s=m.overhead_s,
-    )
-    return val, fitted, make
-
-
-def _tool_words(scenario: dict[str, object]) -> str:
+def tool_words(scenario: dict[str, object]) -> str:
     lat = scenario.get("tool_latency")
     return f"the scenario's {lat}" if lat else "none"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memory.embedding import Vectors
-from memory.ledger.common import Change, NewRecord
+from memory.ledger.common import Change, NewRecord, redact_url
 from memory.records import EventKind, MemoryType, Record, Scope, TrustEvent
 
 __all__ = [
@@ -41,11 +41,6 @@ _URL = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
 def is_url(location: str | Path) -> bool:
     """Whether ``location`` names a Postgres database rather than a SQLite file."""
     return isinstance(location, str) and bool(_URL.match(location))
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password (for logs and stats)."""
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
 def url_key(url: str) -> str:

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -44,6 +45,7 @@ __all__ = [
     "group_by_user",
     "insert_values",
     "new_id",
+    "redact_url",
     "row_to_record",
     "texts_by_user",
 ]
@@ -575,3 +577,8 @@ class SqlLedger:
     def _table_counts(self) -> dict[str, int]:
         """The :data:`STATS_SQL` figures."""
         return {k: int(self._rows(sql)[0][0]) for k, sql in STATS_SQL.items()}
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (for logs and stats)."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)

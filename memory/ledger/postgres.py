@@ -30,8 +30,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memory.exceptions import LedgerError, RowSecurityError
-from memory.ledger.backend import redact_url
-from memory.ledger.common import POSTGRES, SqlLedger, check_schema_version
+from memory.ledger.common import POSTGRES, SqlLedger, check_schema_version, redact_url
 from memory.ledger.postgres_schema import ALL, CHANNEL, MIGRATIONS, PG_SCHEMA_VERSION, SET_SCOPE
 from memory.ledger.postgres_tx import PostgresTransaction, errors
 from memory.records import Scope

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from bench.cli import app
 from bench.load import ScenarioError
 from bench.load.capacity import capacity_plan, per_replica, split_agents, token_hit_rate
-from bench.load.holdout import HoldoutRow, shapes_by_step, validate
+from bench.load.holdout import HoldoutRow, shapes_by_step
 from bench.load.metrics import LevelSummary, StepRecord, TaskRecord, dist, summarize
+from bench.load.modelled import validate
 from bench.load.report import write_report
 from bench.load.result import LevelResult, RunResult, load_result
 from bench.load.scenario import (
