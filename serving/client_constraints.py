@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.constraint.backend import ConstraintBackend
-from serving.constraint.schema_regex import MAX_REGEX_CHARS, regex_literal
+from serving.constraint.schema_regex import regex_literal, require_regex_text
 from serving.constraint.schemas import CompiledSchema
 from serving.exceptions import InvalidRequest
 
@@ -132,15 +132,7 @@ async def admit_constraints(
         rule = await backend.client("json", value, what=param)
         so, schema = rule.structured_outputs, rule.schema
     else:
-        regex = choice_regex(value, param) if kind == "choice" else value
-        if not isinstance(regex, str) or not regex:
-            raise InvalidRequest(f"{param} must be a non-empty string", param=param)
-        if len(regex) > MAX_REGEX_CHARS:
-            raise InvalidRequest(
-                f"{param} is too long ({len(regex):,} characters, limit {MAX_REGEX_CHARS:,})",
-                param=param,
-                code="schema_too_complex",
-            )
+        regex = require_regex_text(choice_regex(value, param) if kind == "choice" else value, param)
         so, schema = (await backend.client("regex", regex, what=param)).structured_outputs, None
     if constrained:
         out["structured_outputs"] = {**flags, **so}

@@ -29,7 +29,7 @@ import re
 from typing import Any
 
 from serving.constraint.sandbox import CompilePool, PoolMode
-from serving.constraint.schema_regex import COUNTED_LIMITS, MAX_REGEX_CHARS, compile_schema
+from serving.constraint.schema_regex import COUNTED_LIMITS, compile_schema, require_regex_text
 from serving.constraint.schemas import CompiledSchema, SchemaCache, schema_key
 from serving.exceptions import InvalidRequest
 from serving.schema_limits import SchemaLimits, check_schema_limits
@@ -204,14 +204,7 @@ class RegexSchemas:
         """Admit a client's own regex constraint as a schema's is admitted: bounded text,
         parsed, then its automaton measured by the probe. Returns its state count (0 when
         there is no probe); raises InvalidRequest (400). Verdicts are cached."""
-        if not isinstance(regex, str) or not regex:
-            raise InvalidRequest(f"{what} must be a non-empty string", param=what)
-        if len(regex) > MAX_REGEX_CHARS:
-            raise InvalidRequest(
-                f"{what} is too long ({len(regex):,} characters, limit {MAX_REGEX_CHARS:,})",
-                param=what,
-                code="schema_too_complex",
-            )
+        regex = require_regex_text(regex, what)
         return await self.cache.verdict("regex:" + regex, what, lambda: self._measure(regex, what))
 
     async def _measure(self, regex: str, what: str) -> int:

@@ -57,6 +57,19 @@ _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SUBSCHEMA_SINGLE = ("items", "additionalProperties")
 
 
+def require_regex_text(regex: object, what: str) -> str:
+    """A client's regex as text within bounds, or InvalidRequest (400)."""
+    if not isinstance(regex, str) or not regex:
+        raise InvalidRequest(f"{what} must be a non-empty string", param=what)
+    if len(regex) > MAX_REGEX_CHARS:
+        raise InvalidRequest(
+            f"{what} is too long ({len(regex):,} characters, limit {MAX_REGEX_CHARS:,})",
+            param=what,
+            code="schema_too_complex",
+        )
+    return regex
+
+
 @dataclass
 class _Rewrite:
     """What the rewrite of one schema carries along."""

@@ -10,27 +10,31 @@ import pytest
 
 from bench.load.report import write_report
 from bench.load.runner import SweepConfig, run_sweep
-from bench.load.scenario import load_scenario
+from bench.load.scenario import Scenario, load_scenario
 from bench.load.target import TargetConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 API_KEY = "test-key-123"
 
 
-def test_two_agents_one_task_against_the_server(server: object, tmp_path: Path) -> None:
+def short_scenario() -> Scenario:
+    """Two steps of the shipped scenario, short replies, quick simulated tools, one small
+    tool per task (one grammar to compile on first use)."""
     sc = load_scenario()
-    # two steps of the shipped scenario, short replies, quick simulated tools
-    sc = sc.model_validate(
+    return sc.model_validate(
         sc.model_dump()
         | {
             "max_tokens": 32,
             "tool_latency": {"default": {"kind": "fixed", "value": 0.05}},
-            # one small tool per task: one grammar to compile on first use
             "tasks": [
                 t.model_dump() | {"steps": 2, "tools": ["search_code"]} for t in sc.tasks[:2]
             ],
         }
     )
+
+
+def test_two_agents_one_task_against_the_server(server: object, tmp_path: Path) -> None:
+    sc = short_scenario()
     base = server.base_url + "/v1"  # type: ignore[attr-defined]
     cfg = SweepConfig(levels=[2], tasks_per_agent=1, max_level_s=200, slo_p95_step_s=60)
     res = asyncio.run(run_sweep([TargetConfig("ours", base, API_KEY)], sc, cfg))
@@ -56,17 +60,7 @@ def test_plan_checked_on_a_level_it_did_not_see(server: object, tmp_path: Path) 
     No bound on the error here: two steps per agent cannot measure a p95 (the bench does)."""
     from bench.load.modelled import ModelPlanOptions, model_plan
 
-    sc = load_scenario()
-    sc = sc.model_validate(
-        sc.model_dump()
-        | {
-            "max_tokens": 32,
-            "tool_latency": {"default": {"kind": "fixed", "value": 0.05}},
-            "tasks": [
-                t.model_dump() | {"steps": 2, "tools": ["search_code"]} for t in sc.tasks[:2]
-            ],
-        }
-    )
+    sc = short_scenario()
     base = server.base_url + "/v1"  # type: ignore[attr-defined]
     cfg = SweepConfig(levels=[1, 2], tasks_per_agent=1, max_level_s=200, prewarm=True)
     res = asyncio.run(run_sweep([TargetConfig("ours", base, API_KEY)], sc, cfg))
