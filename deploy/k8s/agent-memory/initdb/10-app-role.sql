@@ -1,6 +1,7 @@
 -- The memory's app role: an ORDINARY role (no superuser, no BYPASSRLS), so the ledger's
--- row-level security binds it (memory/pg_schema.py; memory/pg_ledger.py refuses to open as
--- a role it would not bind). It owns the database, so it creates and migrates the tables.
+-- row-level security binds it (memory/ledger/postgres_schema.py; memory/ledger/postgres.py
+-- refuses to open as a role it would not bind). It owns the database, so it creates and
+-- migrates the tables.
 --
 -- Run once by the official postgres image's entrypoint (/docker-entrypoint-initdb.d, on an
 -- empty data directory only) as the admin POSTGRES_USER, connected to POSTGRES_DB, with:
