@@ -360,3 +360,39 @@ def test_pause_sweep_tabulates_hit_rate_per_pause_and_level(tmp_path: Path) -> N
     info = 'vllm:cache_config_info{block_size="128",kv_cache_size_tokens="174720"} 1.0'
     assert prom_labels_value(info, "vllm:cache_config_info", "kv_cache_size_tokens") == 174720
     assert prom_labels_value(info, "vllm:cache_config_info", "nothing") is None
+
+
+def test_holdout_on_a_sweep_against_a_scripted_target() -> None:
+    """The whole path on a scripted target (mock transport): a server that is slower the more
+    requests it holds; the sweep, then the fit on 1 and 4 agents and the check on 2. Only the
+    plumbing is asserted (wall-clock sleeps set the figures)."""
+    import asyncio
+
+    from bench.load.runner import SweepConfig, build_arms, run_sweep
+    from bench.load.scenario import parse_scenario
+    from bench.load.target import TargetConfig
+    from tests.unit.bench.test_agents_harness import SCENARIO, FakeServer, httpx
+
+    class Loaded(FakeServer):
+        inflight = 0
+
+        async def __call__(self, request: httpx.Request) -> httpx.Response:
+            if not request.url.path.endswith("/chat/completions"):
+                return await super().__call__(request)
+            Loaded.inflight += 1
+            self.delay = 0.01 * Loaded.inflight
+            try:
+                return await super().__call__(request)
+            finally:
+                Loaded.inflight -= 1
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(Loaded()))
+    arms = build_arms(TargetConfig("ours", "http://fake/v1", "k"), None, False)
+    cfg = SweepConfig(levels=[1, 2, 4], tasks_per_agent=2, prewarm=True)
+    res = asyncio.run(run_sweep(arms, parse_scenario(SCENARIO), cfg, http_client=http))
+    assert any("prewarm" in n for n in res.notes) and len(res.levels) == 3
+    val, fit, _ = validate(res, [1, 4], [2], reps=2)
+    assert [r.role for r in val.rows] == ["fit", "holdout", "fit"]
+    held = val.rows[1]
+    assert held.measured_steps_per_s and held.predicted_steps_per_s
+    assert held.error("steps_per_s") is not None and math.isfinite(fit.error)
