@@ -226,6 +226,7 @@ def vllm_launch(
         max_len = max_len or CPU_MAX_MODEL_LEN
         kv = settings.cpu_kv_cache_gib or max(1, min(8, int(hw.mem_gib // 6)))
         argv += ["--enforce-eager", "--dtype", cpu_dtype(settings.cpu_dtype, hw)]
+        argv += ["--block-size", str(settings.cpu_block_size)]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv)
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     else:

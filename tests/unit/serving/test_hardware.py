@@ -49,3 +49,12 @@ def test_the_engine_gets_the_constraint_backend_of_the_settings() -> None:
     assert backend() == "guidance"
     assert backend(constraint_backend="xgrammar") == "xgrammar"
     assert backend(constraint_backend="outlines") == "outlines"
+
+
+def test_cpu_block_size_is_32_unless_set_and_gpu_keeps_vllms() -> None:
+    argv = vllm_launch(ServerSettings(), _cpu(), "m", "m").argv
+    assert argv[argv.index("--block-size") + 1] == "32"
+    argv = vllm_launch(ServerSettings(cpu_block_size=128), _cpu(), "m", "m").argv
+    assert argv[argv.index("--block-size") + 1] == "128"
+    gpu = vllm_launch(ServerSettings(), Hardware("cuda", 1, 8, 64.0), "m", "m").argv
+    assert "--block-size" not in gpu
