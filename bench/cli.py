@@ -6,6 +6,8 @@ The load test (`bench.load`: HTTP to any OpenAI-compatible URL, never imports se
         [--scenario FILE] [--slo-p95-step-s X] [--baseline-url URL] [--api-key KEY]
     loopstack bench requests --base-url URL --concurrency 4 --num-prompts 16 --out DIR
     loopstack bench plan DIR/result.json --agents N --slo-p95-step-s X [--replica-cost-per-hour P]
+        [--fit 1,4,16 --holdout 8,12 --slo-p95-task-s Y --out DIR]   (bench.plan_commands)
+    loopstack bench pauses --pauses 0.1,1,10 --agents 1,4,16
 
 ``agents`` writes result.json, levels.csv, steps.csv, PNG plots and report.html into DIR;
 the last line it prints is a one-line summary with the batching gain and the plan.
@@ -27,7 +29,6 @@ import asyncio
 import importlib
 import inspect
 import logging
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,9 +36,11 @@ from typing import Any
 
 import typer
 
+from bench.common import api_key_or_env, parse_levels
+from bench.common import fmt_num as _x
 from bench.load import BenchError
-from bench.load.plan import Plan
 from bench.load.scheduler import Mode
+from bench.plan_commands import pauses, plan, print_plan
 
 app = typer.Typer(
     help="Benchmarks: the agent load test and capacity plan against any OpenAI-compatible URL;"
@@ -46,20 +49,6 @@ app = typer.Typer(
 logger = logging.getLogger(__name__)
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise typer.BadParameter(f"not a comma-separated list of numbers: {text!r}") from exc
-    if not vals or any(v <= 0 for v in vals):
-        raise typer.BadParameter("levels must be positive")
-    return vals
-
-
-def _key(explicit: str | None) -> str:
-    return explicit or os.environ.get("LOOPSTACK_API_KEY") or "EMPTY"
 
 
 @app.command()
@@ -146,7 +135,7 @@ def agents(
         sc = sc.model_validate(sc.model_dump() | updates)
     mode: Mode = "open" if arrival_rates else "closed"
     cfg = SweepConfig(
-        levels=_floats(arrival_rates or agents),
+        levels=parse_levels(arrival_rates or agents),
         mode=mode,
         tasks_per_agent=tasks_per_agent,
         open_tasks=open_tasks,
@@ -162,7 +151,7 @@ def agents(
     )
     if mode == "closed" and any(v != int(v) for v in cfg.levels):
         raise typer.BadParameter("--agents must be whole numbers")
-    main = TargetConfig("ours", base_url, _key(api_key), model)
+    main = TargetConfig("ours", base_url, api_key_or_env(api_key), model)
     base = (
         TargetConfig(
             "baseline",
@@ -179,7 +168,9 @@ def agents(
     try:
         result = asyncio.run(run_sweep(arms, sc, cfg))
         if requests:
-            result.requests = asyncio.run(_crosscheck(base_url, _key(api_key), model, tokenizer))
+            result.requests = asyncio.run(
+                _crosscheck(base_url, api_key_or_env(api_key), model, tokenizer)
+            )
     except BenchError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -189,7 +180,7 @@ def agents(
 
         opts = ModelPlanOptions(
             fit=None,
-            holdout=[int(x) for x in _floats(holdout)],
+            holdout=[int(x) for x in parse_levels(holdout)],
             agents=plan_agents,
             slo_p95_step_s=slo_p95_step_s,
             slo_p95_task_s=slo_p95_task_s,
@@ -201,7 +192,7 @@ def agents(
     paths = write_report(result, out)
     _print_levels(result)
     if result.plan:
-        _print_plan(result.plan)
+        print_plan(result.plan)
     for line in model_lines:
         typer.echo(line)
     for p in paths:
@@ -279,7 +270,7 @@ def requests_cmd(
     try:
         req = asyncio.run(
             _crosscheck(
-                base_url, _key(api_key), model, tokenizer, concurrency, num_prompts,
+                base_url, api_key_or_env(api_key), model, tokenizer, concurrency, num_prompts,
                 input_len, output_len, repeats, out, seed, retries,
             )
         )  # fmt: skip
@@ -351,142 +342,6 @@ def crosscheck_lines(req: dict[str, Any]) -> list[str]:
     return lines
 
 
-@app.command()
-def pauses(
-    base_url: str = typer.Option(DEFAULT_URL, help="OpenAI-compatible base URL (…/v1)."),
-    api_key: str | None = typer.Option(None, help="API key (default: $LOOPSTACK_API_KEY)."),
-    model: str | None = typer.Option(None, help="Model (default: first of /v1/models)."),
-    pauses: str = typer.Option("0.1,1,10", help="Tool pauses (s), comma-separated."),
-    agents: str = typer.Option("1,4,16", help="Concurrent agents per level."),
-    tasks_per_agent: int = typer.Option(1, min=1),
-    scenario: Path | None = typer.Option(None, help="Scenario YAML/JSON (default: shipped)."),
-    max_level_s: float = typer.Option(600.0),
-    out: Path = typer.Option(Path("bench/results/pauses.json"), help="JSON table."),
-) -> None:
-    """Prefix-cache hit rate, step latency and TTFT against the tool pause, per agent count."""
-    from bench.common import print_table
-    from bench.load.pauses import kv_cache_tokens, run_pauses, save_rows, table
-    from bench.load.scenario import load_scenario
-    from bench.load.target import TargetConfig
-
-    target = TargetConfig("ours", base_url, _key(api_key), model)
-    try:
-        sc = load_scenario(scenario)
-        kv = asyncio.run(kv_cache_tokens(target))
-        rows = asyncio.run(
-            run_pauses(
-                target,
-                sc,
-                _floats(pauses),
-                [int(a) for a in _floats(agents)],
-                tasks_per_agent,
-                max_level_s,
-            )
-        )
-    except BenchError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    save_rows(rows, kv, out)
-    head, body = table(rows)
-    print_table(head, body)
-    typer.echo(f"KV cache: {kv if kv is not None else 'not reported'} tokens; wrote {out}")
-
-
-@app.command()
-def plan(
-    result_json: Path = typer.Argument(..., exists=True, help="result.json of an agents run."),
-    agents: int = typer.Option(..., min=1, help="N: agents to serve."),
-    slo_p95_step_s: float = typer.Option(..., help="SLO: p95 step latency (s)."),
-    min_goodput: float | None = typer.Option(None, help="Use goodput >= this instead of p95."),
-    arm: str = typer.Option("ours", help="Which arm of the result to plan for."),
-    replica_cost_per_hour: float | None = typer.Option(
-        None, min=0, help="Price of one replica-hour: prints what 1,000 tasks cost."
-    ),
-    fit: str | None = typer.Option(
-        None,
-        help="Fit the replica model on these levels (e.g. 1,4,16); default: all but --holdout.",
-    ),
-    holdout: str | None = typer.Option(
-        None, help="Levels the model does not see; their prediction error is reported."
-    ),
-    slo_p95_task_s: float | None = typer.Option(None, help="SLO on whole tasks: p95 task time."),
-    tool_latency: str | None = typer.Option(
-        None,
-        help="Tool latency for the plan: lognormal:MEDIAN[,SIGMA[,MAX]] | fixed:S | "
-        "uniform:LO,HI | replay:TRACE (default: the run's scenario).",
-    ),
-    context_growth: int | None = typer.Option(
-        None, min=0, help="Prompt tokens each step adds (default: as measured)."
-    ),
-    hit_rate: float | None = typer.Option(
-        None, min=0, max=1, help="Prefix-cache token hit rate (default: as measured)."
-    ),
-    replicas_check: str | None = typer.Option(
-        None, help="Predict RxN pairs, e.g. 2x8 (2 replicas, 8 agents)."
-    ),
-    measured_replicas: str | None = typer.Option(
-        None,
-        help="result.json of a run against R replicas behind a router, or one per replica "
-        "(comma-separated, run side by side, agents pinned): compared with the prediction.",
-    ),
-    replicas: int = typer.Option(2, min=1, help="Replicas behind --measured-replicas."),
-    out: Path | None = typer.Option(None, help="Write the report here (default: no files)."),
-) -> None:
-    """Recompute the plan from a saved result for another N or SLO (no new load); with
-    --fit/--holdout, fit the replica model, check it on the held-out levels and plan with it."""
-    from bench.load.result import load_result, make_plan
-
-    try:
-        result = load_result(result_json)
-    except Exception as exc:
-        typer.echo(f"error: cannot read {result_json}: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    if arm not in result.arms():
-        typer.echo(f"error: no arm {arm!r} in {result_json} (has {result.arms()})", err=True)
-        raise typer.Exit(2)
-    p = make_plan(result, agents, slo_p95_step_s, min_goodput, arm, replica_cost_per_hour)
-    _print_plan(p)
-    typer.echo(p.line())
-    if fit or holdout:
-        from bench.load.modelled import ModelPlanOptions, model_plan
-
-        opts = ModelPlanOptions(
-            fit=[int(x) for x in _floats(fit)] if fit else None,
-            holdout=[int(x) for x in _floats(holdout)] if holdout else [],
-            agents=agents,
-            slo_p95_step_s=slo_p95_step_s,
-            slo_p95_task_s=slo_p95_task_s,
-            tool_latency=tool_latency,
-            context_growth=context_growth,
-            hit_rate=hit_rate,
-            replica_checks=_pairs(replicas_check),
-            arm=arm,
-        )
-        try:
-            paths = [Path(x) for x in measured_replicas.split(",")] if measured_replicas else []
-            lines = model_plan(result, opts, paths, replicas)
-        except BenchError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
-        for line in lines:
-            typer.echo(line)
-    result.plan = p
-    if out:
-        from bench.load.report import write_report
-
-        for path in write_report(result, out):
-            typer.echo(f"wrote {path}")
-
-
-def _pairs(spec: str | None) -> list[tuple[int, int]]:
-    pairs = []
-    for part in (spec or "").split(","):
-        if part.strip():
-            r, _, n = part.strip().partition("x")
-            pairs.append((int(r), int(n)))
-    return pairs
-
-
 def _print_levels(result: object) -> None:
     from bench.common import print_table
     from bench.load.result import RunResult
@@ -517,27 +372,9 @@ def _print_levels(result: object) -> None:
         typer.echo(f"note: {n}")
 
 
-def _x(v: float | None, d: int = 2) -> str:
-    return "-" if v is None else f"{v:.{d}f}"
-
-
-def _print_plan(p: Plan) -> None:
-    typer.echo("plan per level: " + ", ".join(
-        f"{x.agents:g} agents p95 {_x(x.p95_step_s)} s goodput {_x(x.goodput)}"
-        f"{' OK' if x.meets else ' miss'}" for x in p.points
-    ))  # fmt: skip
-    typer.echo(f"formula: {p.formula}")
-    if p.replicas_by_rate is not None:
-        typer.echo(
-            f"  C* = {p.per_replica:g} agents; per agent {_x(p.per_agent_calls_per_s, 3)} "
-            f"calls/s; one replica {_x(p.replica_calls_per_s, 3)} calls/s at C* -> "
-            f"R_rate = {p.replicas_by_rate}"
-        )
-    typer.echo(f"  {p.cost_line()}")
-    for a in p.assumptions:
-        typer.echo(f"  assumes: {a}")
-    for n in p.notes:
-        typer.echo(f"  note: {n}")
+# the capacity commands live in bench.plan_commands
+app.command()(plan)
+app.command()(pauses)
 
 
 # --- every other benchmark: `loopstack bench SUBJECT NAME [OPTIONS]` ---------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import re
 import statistics
@@ -228,6 +229,28 @@ def _nan_to_none(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_nan_to_none(v) for v in obj]
     return obj
+
+
+def fmt_num(v: float | None, digits: int = 2) -> str:
+    """A figure for a table or a line, ``-`` when there is none."""
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def parse_levels(text: str) -> list[float]:
+    """A comma-separated list of positive numbers (a command-line option)."""
+    import typer
+
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"not a comma-separated list of numbers: {text!r}") from exc
+    if not vals or any(v <= 0 for v in vals):
+        raise typer.BadParameter("levels must be positive")
+    return vals
+
+
+def api_key_or_env(explicit: str | None) -> str:
+    return explicit or os.environ.get("LOOPSTACK_API_KEY") or "EMPTY"
 
 
 def fmt_pct(num: float, den: float) -> str:

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from bench.common import fmt_num, percentile
 from bench.load.simulate import EngineModel, SimResult, StepShape, Workload, simulate_many
 
 WorkloadFor = Callable[[int], Workload]
@@ -94,24 +95,20 @@ class CapacityPlan:
         for r in self.replica_predictions:
             line = (
                 f"  {r.replicas} replica(s), {r.agents} agents ({r.per_replica}): predicted "
-                f"{_x(r.steps_per_s, 3)} steps/s, step p50 {_x(r.p50_step_s)} s, "
-                f"p95 {_x(r.p95_step_s)} s"
+                f"{fmt_num(r.steps_per_s, 3)} steps/s, step p50 {fmt_num(r.p50_step_s)} s, "
+                f"p95 {fmt_num(r.p95_step_s)} s"
             )
             if r.measured_steps_per_s is not None:
                 line += (
-                    f"; measured {_x(r.measured_steps_per_s, 3)} steps/s "
-                    f"({_pct(r.error('steps_per_s'))}), p50 {_x(r.measured_p50_step_s)} s "
-                    f"({_pct(r.error('p50_step_s'))}), p95 {_x(r.measured_p95_step_s)} s "
+                    f"; measured {fmt_num(r.measured_steps_per_s, 3)} steps/s "
+                    f"({_pct(r.error('steps_per_s'))}), p50 {fmt_num(r.measured_p50_step_s)} s "
+                    f"({_pct(r.error('p50_step_s'))}), p95 {fmt_num(r.measured_p95_step_s)} s "
                     f"({_pct(r.error('p95_step_s'))})"
                 )
             out.append(line)
         out += [f"  input: {i}" for i in self.inputs]
         out += [f"  note: {n}" for n in self.notes]
         return out
-
-
-def _x(v: float | None, d: int = 2) -> str:
-    return "-" if v is None else f"{v:.{d}f}"
 
 
 def _pct(v: float | None) -> str:
@@ -170,8 +167,6 @@ def predict_replicas(
     sims = [simulate_many(model, make(n), reps) for n in split]
     lat = [x for s in sims for x in s.latencies]
     rate = sum(s.steps_per_s or 0.0 for s in sims) or None
-    from bench.common import percentile
-
     return ReplicaPrediction(
         replicas,
         agents,

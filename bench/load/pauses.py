@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import fmt_num as _x
 from bench.load.metrics import prom_labels_value
 from bench.load.runner import SweepConfig, run_sweep
 from bench.load.scenario import Scenario, with_tool_latency
@@ -101,15 +102,12 @@ def save_rows(rows: list[PauseRow], kv_tokens: int | None, path: Path) -> None:
 
 
 def table(rows: list[PauseRow]) -> tuple[list[str], list[list[str]]]:
-    def f(v: float | None, d: int = 2) -> str:
-        return "-" if v is None else f"{v:.{d}f}"
-
     head = ["pause s", "agents", "steps", "hit rate (vLLM)", "cached share (client)",
             "step p50 s", "step p95 s", "TTFT p50 s", "steps/s", "prompt tok"]  # fmt: skip
     body = [
-        [f"{r.pause_s:g}", str(r.agents), str(r.steps), f(r.hit_rate), f(r.client_cached_share),
-         f(r.step_p50_s), f(r.step_p95_s), f(r.ttft_p50_s), f(r.steps_per_s, 3),
-         f(r.prompt_tokens_mean, 0)]
+        [f"{r.pause_s:g}", str(r.agents), str(r.steps), _x(r.hit_rate), _x(r.client_cached_share),
+         _x(r.step_p50_s), _x(r.step_p95_s), _x(r.ttft_p50_s), _x(r.steps_per_s, 3),
+         _x(r.prompt_tokens_mean, 0)]
         for r in rows
     ]  # fmt: skip
     return head, body
