@@ -36,7 +36,7 @@ from typing import Any
 
 import typer
 
-from bench.common import api_key_or_env, parse_levels
+from bench.common import DEFAULT_BASE_URL, api_key_or_env, parse_levels
 from bench.common import fmt_num as _x
 from bench.load import BenchError
 from bench.load.scheduler import Mode
@@ -48,7 +48,7 @@ app = typer.Typer(
 )
 logger = logging.getLogger(__name__)
 
-DEFAULT_URL = "http://127.0.0.1:8000/v1"
+DEFAULT_URL = DEFAULT_BASE_URL
 
 
 @app.command()
