@@ -144,12 +144,14 @@ class GrammarBackend:
         return plan
 
     async def constraint(self, spec: TurnSpec, *, what: str = "tools") -> dict[str, Any]:
-        """The ``structured_outputs`` of a turn of `spec`, compiled first (decided once)."""
-        relaxed = without_patterns(spec)
-        return await self._admitted(
-            "turn:" + spec.key(), what, self.build(spec),
-            None if relaxed is None else (lambda: self.build(relaxed)),
-        )  # fmt: skip
+        """The ``structured_outputs`` of a turn of `spec`, compiled first (decided once: a
+        turn seen before builds nothing)."""
+
+        def relaxed() -> tuple[dict[str, Any], Payload] | None:
+            less = without_patterns(spec)
+            return None if less is None else self.build(less)
+
+        return await self._admitted("turn:" + spec.key(), what, lambda: self.build(spec), relaxed)
 
     async def turn(self, plan: ToolPlan, engine: Engine) -> AsyncIterator[Event]:
         with constrained_generation("the tools' constraint"):
@@ -159,15 +161,18 @@ class GrammarBackend:
     async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule:
         if kind == "regex":
             body = await self._admitted(
-                "regex:" + value, what, ({"regex": value}, ("regex", value)), None
+                "regex:" + value, what, lambda: ({"regex": value}, ("regex", value)), None
             )
             return ClientRule(body)
         schema = await self.tool_schema(value, what=what)
-        relaxed = drop_patterns(value)
+
+        def relaxed() -> tuple[dict[str, Any], Payload] | None:
+            less = drop_patterns(value)
+            return None if less == value else self.build_json(less)
+
         body = await self._admitted(
-            "json:" + schema_key(value), what, self.build_json(value),
-            None if relaxed == value else (lambda: self.build_json(relaxed)),
-        )  # fmt: skip
+            "json:" + schema_key(value), what, lambda: self.build_json(value), relaxed
+        )
         return ClientRule(body, schema)
 
     def warm(self) -> None:
@@ -181,18 +186,20 @@ class GrammarBackend:
         self,
         key: str,
         what: str,
-        made: tuple[dict[str, Any], Payload],
-        relaxed: Callable[[], tuple[dict[str, Any], Payload]] | None,
+        make: Callable[[], tuple[dict[str, Any], Payload]],
+        relaxed: Callable[[], tuple[dict[str, Any], Payload] | None] | None,
     ) -> dict[str, Any]:
-        """`made`'s ``structured_outputs`` once its payload compiled in the sandbox (decided
-        once per `key`). A pattern the engine's library cannot compile (anchors inside
-        alternations, a pattern with length bounds): the rest is enforced (`relaxed`), the
-        pattern validated after generation."""
+        """`make()`'s ``structured_outputs`` once its payload compiled in the sandbox (decided
+        once per `key`; nothing is built on a cached verdict). A pattern the engine's library
+        cannot compile (anchors inside alternations, a pattern with length bounds): the rest is
+        enforced (`relaxed()`, None when there is no pattern to leave out), the pattern
+        validated after generation."""
 
         async def decide() -> dict[str, Any]:
-            hit = await self._compiled(*made, what=what)
+            hit = await self._compiled(*make(), what=what)
             if isinstance(hit, InvalidRequest) and hit.code == "invalid_schema" and relaxed:
-                retry = await self._compiled(*relaxed(), what=what)
+                less = relaxed()
+                retry = await self._compiled(*less, what=what) if less is not None else hit
                 hit = retry if not isinstance(retry, InvalidRequest) else hit
             if isinstance(hit, InvalidRequest):
                 raise hit

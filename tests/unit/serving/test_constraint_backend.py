@@ -134,6 +134,27 @@ async def test_a_tool_with_a_parameter_named_format_streams_its_call(harness: Ha
     assert len(seen_at) > 10 and seen_at[0] == text.index("{", 1) + 1 < seen_at[-1]
 
 
+async def test_a_turn_seen_before_builds_no_grammar(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verdict is cached by the turn's key: the grammar text (and its pattern-free twin)
+    is built on the first turn of a tool set only, not on every request."""
+    h = harness
+    built: list[Any] = []
+    real = type(h.backend).build
+
+    def counting(self: Any, spec: Any) -> Any:
+        built.append(spec)
+        return real(self, spec)
+
+    monkeypatch.setattr(type(h.backend), "build", counting)
+    for _ in range(3):
+        h.engine.constrained = [call("get_weather", {"city": "Paris", "days": 2})]
+        resp = await post_chat(h, tools=[WEATHER], tool_choice="required")
+        assert resp.status_code == 200, resp.text
+    assert len(built) == 1 and len(h.engine.requests) == 3
+
+
 # --------------------------------------------------------------------------- client constraints
 @pytest.fixture
 def no_regex(monkeypatch: pytest.MonkeyPatch) -> None:
