@@ -110,6 +110,13 @@ class SimResult:
 
 
 @dataclass
+class _Agent:
+    task: int = 0
+    step: int = 0
+    task_start: float = 0.0
+
+
+@dataclass
 class _Req:
     agent: int
     send: float
@@ -128,9 +135,7 @@ def simulate(model: EngineModel, wl: Workload, seed: int = 0) -> SimResult:
     (step latency send -> last byte; steps/s over the first start -> last end window)."""
     rng = random.Random(seed)
     res = SimResult(wl.agents)
-    n_steps = wl.steps_per_task
-    # per agent: (task index, step index, task start)
-    where: dict[int, list[float]] = {a: [0, 0, 0.0] for a in range(wl.agents)}
+    agents = [_Agent() for _ in range(wl.agents)]
     # (arrival at the engine = send + overhead, agent, send)
     arrivals = [(model.overhead_s, a, 0.0) for a in range(wl.agents)]
     heapq.heapify(arrivals)
@@ -142,9 +147,10 @@ def simulate(model: EngineModel, wl: Workload, seed: int = 0) -> SimResult:
             t = max(t, arrivals[0][0])
         while arrivals and arrivals[0][0] <= t + 1e-12:
             _, a, send = heapq.heappop(arrivals)
-            shape = rng.choice(wl.shapes[int(where[a][1])])
-            if where[a][1] == 0:
-                where[a][2] = send
+            ag = agents[a]
+            shape = rng.choice(wl.shapes[ag.step])
+            if ag.step == 0:
+                ag.task_start = send
             unc = _uncached(shape, wl.hit_rate, wl.miss_scale)
             active.append(_Req(a, send, unc, max(1, shape.completion)))
         decoding = [r for r in active if r.prefill_left == 0]
@@ -163,28 +169,29 @@ def simulate(model: EngineModel, wl: Workload, seed: int = 0) -> SimResult:
         t += model.iter_s + model.decode_seq_s * len(decoding) + model.prefill_token_s * prefill
         for r in decoding + finishing_prefill:
             r.decode_left -= 1
-        done = [r for r in active if r.decode_left <= 0 and r.prefill_left == 0]
-        if not done:
-            continue
-        active = [r for r in active if r not in done]
-        for r in done:
+        running: list[_Req] = []
+        for r in active:
+            if r.decode_left > 0 or r.prefill_left > 0:
+                running.append(r)
+                continue
             res.latencies.append(t - r.send)
             res.steps += 1
             first, last = min(first, r.send), max(last, t)
-            w = where[r.agent]
-            w[1] += 1
+            ag = agents[r.agent]
+            ag.step += 1
             pause = 0.0
-            if w[1] >= n_steps:
-                res.task_latencies.append(t - w[2])
-                w[0] += 1
-                w[1] = 0
-                if w[0] >= wl.tasks_per_agent:
+            if ag.step >= wl.steps_per_task:
+                res.task_latencies.append(t - ag.task_start)
+                ag.task += 1
+                ag.step = 0
+                if ag.task >= wl.tasks_per_agent:
                     continue
             else:
                 pause = wl.tool.sample(rng)
             if wl.think is not None:
                 pause += wl.think.sample(rng)
             heapq.heappush(arrivals, (t + pause + model.overhead_s, r.agent, t + pause))
+        active = running
     res.window_s = last - first if res.steps else 0.0
     return res
 
