@@ -179,17 +179,16 @@ def simulate(model: EngineModel, wl: Workload, seed: int = 0) -> SimResult:
             first, last = min(first, r.send), max(last, t)
             ag = agents[r.agent]
             ag.step += 1
-            pause = 0.0
+            # every step's call runs its tool, the task's last too (as the load test does)
+            pause = wl.tool.sample(rng)
+            if wl.think is not None:
+                pause += wl.think.sample(rng)
             if ag.step >= wl.steps_per_task:
-                res.task_latencies.append(t - ag.task_start)
+                res.task_latencies.append(t + pause - ag.task_start)
                 ag.task += 1
                 ag.step = 0
                 if ag.task >= wl.tasks_per_agent:
                     continue
-            else:
-                pause = wl.tool.sample(rng)
-            if wl.think is not None:
-                pause += wl.think.sample(rng)
             heapq.heappush(arrivals, (t + pause + model.overhead_s, r.agent, t + pause))
         active = running
     res.window_s = last - first if res.steps else 0.0
