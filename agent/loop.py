@@ -171,6 +171,9 @@ class Agent:
             state.user_messages.append(goal)
             state.step = state.tool_calls = 0
             state.started = time.monotonic()
+            # the budgets are per turn: what earlier turns spent stays in cost() only
+            state.turn_tokens_from = state.usage.total + state.charged.tokens
+            state.turn_calls_from = state.charged.tool_calls
             state.status = state.reason = None
             state.answer = ""
         pin_user_message(state, goal)
@@ -266,11 +269,11 @@ class Agent:
         lim = self.config.limits
         if state.step >= lim.max_steps:
             return "max_steps", f"{state.step} model steps (max_steps={lim.max_steps})"
-        calls = state.tool_calls + state.charged.tool_calls  # workers' calls count too
+        calls = state.turn_tool_calls()  # workers' calls count too
         if calls >= lim.max_tool_calls and state.step > 0:
             return "max_tool_calls", f"{calls} tool calls (max {lim.max_tool_calls})"
         if (spent := state.spent_tokens()) >= lim.max_tokens:
-            return "tokens", f"{spent} tokens used (budget {lim.max_tokens})"
+            return "tokens", f"{spent} tokens used this turn (budget {lim.max_tokens} a turn)"
         if state.elapsed() >= lim.wall_clock_s:
             return "wall_clock", f"{state.elapsed():.1f} s elapsed (limit {lim.wall_clock_s:g} s)"
         return None
@@ -377,7 +380,7 @@ class Agent:
     ) -> list[tuple[ToolStep, Observation | None]]:
         """Run the calls of one assistant message concurrently; append their tool replies
         in call order (every tool_call_id gets exactly one reply)."""
-        budget = self.config.limits.max_tool_calls - state.tool_calls - state.charged.tool_calls
+        budget = self.config.limits.max_tool_calls - state.turn_tool_calls()
         # workers called in this turn see who called them (budgets, depth, fan-out)
         token = CURRENT_TURN.set(
             Turn(self, state, len(calls), self.lineage.depth, self.lineage.ancestors)

@@ -135,6 +135,10 @@ class AgentState:
     delegated: dict[str, str] = field(default_factory=dict)
     charged: Cost = field(default_factory=Cost)
     run_tools: RunTools = field(default_factory=RunTools)  # tool selection (agent.selection)
+    # tokens spent before this turn (a chat session's earlier turns): the token budget is
+    # per turn, like steps, tool calls and the clock; ``cost()`` stays the whole session's
+    turn_tokens_from: int = 0
+    turn_calls_from: int = 0  # workers' tool calls charged before this turn
 
     def __post_init__(self) -> None:
         if not self.user_messages:
@@ -156,8 +160,13 @@ class AgentState:
         return own.plus(self.charged)
 
     def spent_tokens(self) -> int:
-        """Tokens counted against the run's budget: its own and its workers'."""
-        return self.usage.total + self.charged.tokens
+        """Tokens counted against this turn's budget: its own and its workers', since the
+        turn began (a run is one turn; a chat session's further turns each start at 0)."""
+        return self.usage.total + self.charged.tokens - self.turn_tokens_from
+
+    def turn_tool_calls(self) -> int:
+        """Tool calls counted against this turn's limit: its own and its workers'."""
+        return self.tool_calls + self.charged.tool_calls - self.turn_calls_from
 
 
 @dataclass(frozen=True, slots=True)
