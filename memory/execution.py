@@ -19,6 +19,7 @@ from memory.exceptions import RedactedError
 from memory.ledger.backend import LedgerBackend
 from memory.records import MemorySource, MemoryType, Recall, Scope, WriteResult
 from memory.writeback import Proposal, fingerprint, only_redactions, redact
+from memory.writer import RecordWriter, supersede_rule
 
 __all__ = ["WriteTarget", "execute"]
 
@@ -36,6 +37,9 @@ class WriteTarget(Protocol):
     def ledger(self) -> LedgerBackend: ...
 
     @property
+    def writer(self) -> RecordWriter: ...
+
+    @property
     def add_many(self) -> Callable[..., Awaitable[list[str]]]: ...
 
     @property
@@ -47,6 +51,15 @@ class WriteTarget(Protocol):
 
 async def _add(store: WriteTarget, text: str, **kw: Any) -> str:
     return (await store.add_many([text], **kw))[0]
+
+
+def _stored(store: WriteTarget, rid: str, reason: str, text: str) -> WriteResult:
+    """The result of an add: ``superseded`` (naming the record it replaced) when the
+    writer's supersede rule replaced one, else ``stored``."""
+    replaced = store.writer.last_superseded.get(rid)
+    if replaced:
+        return WriteResult("superseded", rid, replaced[0], reason, text)
+    return WriteResult("stored", rid, reason=reason, text=text)
 
 
 def _scope_kw(scope: Scope) -> dict[str, Any]:
@@ -81,8 +94,9 @@ async def execute(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
             check_conflicts=target is None,
             supersedes=None if target is None else target.id,
         )
-        sup = None if target is None else target.id
-        return WriteResult("superseded" if sup else "stored", rid, sup, "user correction", p.text)
+        if target is not None:
+            return WriteResult("superseded", rid, target.id, "user correction", p.text)
+        return _stored(store, rid, "user correction", p.text)
     rid = await _add(
         store,
         p.text,
@@ -98,7 +112,27 @@ async def execute(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
         if p.weight == s.unsupported_weight
         else p.kind
     )
-    return WriteResult("stored", rid, reason=why, text=p.text)
+    return _stored(store, rid, why, p.text)
+
+
+async def _gives_new_value(store: WriteTarget, text: str, scope: Scope) -> bool:
+    """Whether ``text`` states a new value of the subject of an active record of this scope,
+    by the writer's own supersede rule (``memory.writer.supersede_rule``)."""
+    s = store.settings
+    floor = min(s.supersede_similarity, s.update_similarity)
+    near = await store.recall(
+        text,
+        **_scope_kw(scope),
+        threshold=-1e9,
+        budget_tokens=10**9,
+        max_items=8,
+        include_unverified=True,
+    )
+    return any(
+        supersede_rule(c.record.text, text, c.similarity, s)
+        for c in near.candidates
+        if c.similarity >= floor
+    )
 
 
 async def _observe(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
@@ -114,6 +148,19 @@ async def _observe(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult
     if known is not None:
         await _add(store, text, **kw, type=known.type, source=known.source)
         return WriteResult("duplicate", known.id, reason="already remembered", text=text)
+    if await _gives_new_value(store, text, scope):
+        # "My sister moved to Porto." after "My sister lives in Lisbon": the user said it, so
+        # it is stored as the user's words at once and the add's supersede rule replaces the
+        # old value, exactly as ``add`` would (no waiting for three sightings).
+        rid = await _add(
+            store,
+            text,
+            **kw,
+            type=p.type if isinstance(p.type, MemoryType) else MemoryType(p.type),
+            source=MemorySource.USER_EXPLICIT,
+            weight=s.default_weight,
+        )
+        return _stored(store, rid, "the user stated a new value of a known subject", text)
     for ofp, _otext, _count, ovec in await asyncio.to_thread(ledger.observations, user_id):
         if ofp == fp or float(ovec @ vec) >= _OBSERVATION_MATCH:
             fp = ofp
