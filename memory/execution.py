@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from memory.config import MemorySettings
-from memory.embedding import Embedder
+from memory.embedding import Embedder, Vectors
 from memory.exceptions import RedactedError
+from memory.index import ShardedIndex, shard_name
 from memory.ledger.backend import LedgerBackend
 from memory.records import MemorySource, MemoryType, Recall, Scope, WriteResult
 from memory.writeback import Proposal, fingerprint, only_redactions, redact
@@ -25,6 +26,7 @@ __all__ = ["WriteTarget", "execute"]
 
 _OBSERVATION_MATCH = 0.9
 _CORRECTION_MATCH = 0.5
+_NEIGHBOURS = 8  # the records a restated value is checked against (the writer's own count)
 
 
 class WriteTarget(Protocol):
@@ -38,6 +40,9 @@ class WriteTarget(Protocol):
 
     @property
     def writer(self) -> RecordWriter: ...
+
+    @property
+    def index(self) -> ShardedIndex: ...
 
     @property
     def add_many(self) -> Callable[..., Awaitable[list[str]]]: ...
@@ -115,23 +120,14 @@ async def execute(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
     return _stored(store, rid, why, p.text)
 
 
-async def _gives_new_value(store: WriteTarget, text: str, scope: Scope) -> bool:
-    """Whether ``text`` states a new value of the subject of an active record of this scope,
-    by the writer's own supersede rule (``memory.writer.supersede_rule``)."""
-    s = store.settings
-    floor = min(s.supersede_similarity, s.update_similarity)
-    near = await store.recall(
-        text,
-        **_scope_kw(scope),
-        threshold=-1e9,
-        budget_tokens=10**9,
-        max_items=8,
-        include_unverified=True,
-    )
+async def _gives_new_value(store: WriteTarget, text: str, vec: Vectors, scope: Scope) -> bool:
+    """Whether ``text`` states a new value of the subject of one of the active records of
+    this scope nearest to it, by the writer's own rule (``memory.writer.supersede_rule``).
+    Straight from the index: no query rewrite, no recall usage counted."""
+    hits = store.index.search(shard_name(scope.user_id), vec[None, :], _NEIGHBOURS)
+    recs = await asyncio.to_thread(store.ledger.by_rowids, [r for r, _ in hits], scope)
     return any(
-        supersede_rule(c.record.text, text, c.similarity, s)
-        for c in near.candidates
-        if c.similarity >= floor
+        supersede_rule(recs[r].text, text, sim, store.settings) for r, sim in hits if r in recs
     )
 
 
@@ -148,7 +144,7 @@ async def _observe(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult
     if known is not None:
         await _add(store, text, **kw, type=known.type, source=known.source)
         return WriteResult("duplicate", known.id, reason="already remembered", text=text)
-    if await _gives_new_value(store, text, scope):
+    if await _gives_new_value(store, text, vec, scope):
         # "My sister moved to Porto." after "My sister lives in Lisbon": the user said it, so
         # it is stored as the user's words at once and the add's supersede rule replaces the
         # old value, exactly as ``add`` would (no waiting for three sightings).

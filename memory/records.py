@@ -159,6 +159,7 @@ class Candidate:
     record: Record
     similarity: float = 0.0
     keyword: float = 0.0
+    relevance: float = 0.0  # the hybrid match: similarity + w_keyword * keyword (gate 3)
     importance: float = 0.0
     freshness: float = 0.0
     type_boost: float = 0.0

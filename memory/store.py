@@ -370,7 +370,10 @@ class AsyncMemoryStore:
     async def forget_matching(
         self, text: str, *, user_id: str, min_similarity: float = 0.55
     ) -> list[str]:
-        """Forget every record of the user that matches ``text`` well (a forget request)."""
+        """Forget every record of the user that matches ``text`` well (a forget request):
+        its hybrid relevance, the same ``similarity + w_keyword * keyword`` recall ranks by
+        (``Candidate.relevance``), is at least ``min_similarity``. "sister" thus forgets "My
+        sister lives in Porto" (MiniLM cosine 0.40 plus 0.3 for a full keyword match)."""
         async with self._write_lock:
             return await self._forget_matching(text, user_id, min_similarity)
 
@@ -383,11 +386,7 @@ class AsyncMemoryStore:
             max_items=10**6,
             include_unverified=True,
         )
-        doomed = [
-            c.id
-            for c in rec.candidates
-            if c.similarity >= min_similarity or (c.keyword >= 0.99 and c.similarity >= 0.4)
-        ]
+        doomed = [c.id for c in rec.candidates if c.relevance >= min_similarity]
         out: list[str] = []
         for rid in doomed:
             try:
