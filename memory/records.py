@@ -62,7 +62,7 @@ SOURCE_PRIOR: dict[MemorySource, float] = {
 #: How a record is known; see ``memory.trust``.
 Provenance = Literal["user_said", "evidence", "repeated", "unverified"]
 #: What a trust event did to a record (its history, next to the supersede chain).
-EventKind = Literal["confirmed", "contradicted", "conflict_kept"]
+EventKind = Literal["confirmed", "contradicted", "conflict_kept", "forgotten"]
 WriteAction = Literal[
     "stored", "duplicate", "superseded", "observed", "promoted", "rejected", "forgotten"
 ]

@@ -37,7 +37,7 @@ from memory.exceptions import (
 from memory.execution import execute
 from memory.index import ShardedIndex
 from memory.ledger.backend import LedgerBackend, is_url, open_ledger, url_key
-from memory.ledger.common import NewRecord
+from memory.ledger.common import FORGOTTEN, NewRecord
 from memory.llm import ModelClient
 from memory.reader import RecallMode, RecallReader
 from memory.records import (
@@ -350,7 +350,10 @@ class AsyncMemoryStore:
         return await self.get(record_id, user_id=user_id)
 
     async def forget(self, record_id: str, *, user_id: str) -> list[str]:
-        """Delete a record and the older versions it superseded, from ledger and index."""
+        """Forget a record and the older versions it superseded: their text, evidence and
+        vectors are erased and they leave the index and keyword recall, but each stays in
+        the ledger as a tombstone (``[forgotten]``, with a ``forgotten`` event), so
+        ``history`` still shows the supersede chain."""
         await self.open()
         async with self._write_lock:
             return await asyncio.to_thread(self._forget_sync, record_id, user_id)
@@ -361,8 +364,10 @@ class AsyncMemoryStore:
             rec = tx.get(record_id)
             if rec is None or rec.user_id != user_id:
                 raise NotFoundError(f"no record {record_id} for this user")
+            if rec.superseded_by == FORGOTTEN:
+                return []  # forgotten already
             doomed = [rec, *self.ledger.predecessors(rec.id)]
-            tx.delete(doomed)
+            tx.tombstone(doomed, "forgotten at the user's request")
         self.replica.catch_up()
         self.replica.persist()
         return [r.id for r in doomed]

@@ -30,10 +30,12 @@ from memory.records import EventKind, MemorySource, MemoryType, Record, Scope, T
 
 __all__ = [
     "COLUMNS",
+    "FORGOTTEN",
     "INSERT_COLUMNS",
     "POSTGRES",
     "SQLITE",
     "STATS_SQL",
+    "TOMBSTONE_TEXT",
     "Change",
     "Dialect",
     "NewRecord",
@@ -65,6 +67,7 @@ INSERT_COLUMNS = (
 STATS_SQL = {
     "records": "SELECT count(*) FROM records",
     "active": "SELECT count(*) FROM records WHERE superseded_by IS NULL",
+    "forgotten": "SELECT count(DISTINCT record_id) FROM events WHERE kind = 'forgotten'",
     "users": "SELECT count(DISTINCT user_id) FROM records",
     "observations": "SELECT count(*) FROM observations",
     "pending_changes": "SELECT count(*) FROM changes",
@@ -90,6 +93,12 @@ class Dialect:
 
 SQLITE = Dialect("sqlite", "?", "max", "pow", 900)
 POSTGRES = Dialect("postgres", "%s", "greatest", "power", 1 << 30)
+
+
+#: ``superseded_by`` of a forgotten record that nothing newer replaced (see ``tombstone``).
+FORGOTTEN = "forgotten"
+#: The text a forgotten record keeps in the ledger.
+TOMBSTONE_TEXT = "[forgotten]"
 
 
 def new_id() -> str:
@@ -267,6 +276,30 @@ class SqlTx:
             if rec.superseded_by is None:
                 self.log_change("del", rec.rowid, rec.user_id)
                 self.count_terms(rec.user_id, [rec.text], -1)
+            n += 1
+        return n
+
+    def tombstone(self, records: Iterable[Record], detail: str) -> int:
+        """Forget records but keep their place in the audit trail: the text becomes
+        :data:`TOMBSTONE_TEXT`, evidence, fingerprint and vector are erased, an active record
+        leaves the index and the keyword side (``superseded_by`` = :data:`FORGOTTEN`), and
+        every event keeps its kind and time but loses its detail (it may quote the text). A
+        ``forgotten`` event says when. ``history`` still shows the supersede chain."""
+        p, n = self.dialect.p, 0
+        for rec in records:
+            if rec.superseded_by is None:  # active: out of the vector index and term counts
+                self.log_change("del", rec.rowid, rec.user_id)
+                self.count_terms(rec.user_id, [rec.text], -1)
+            self.send(
+                f"UPDATE records SET superseded_by = coalesce(superseded_by, {p}), text = {p}, "
+                f"evidence = '[]', fingerprint = '' WHERE rowid = {p}",
+                (FORGOTTEN, TOMBSTONE_TEXT, rec.rowid),
+            )
+            self.send(f"DELETE FROM vectors WHERE rowid = {p}", (rec.rowid,))
+            self.send(
+                f"UPDATE events SET detail = {p} WHERE record_id = {p}", (TOMBSTONE_TEXT, rec.id)
+            )
+            self.event(rec.id, "forgotten", detail)
             n += 1
         return n
 
