@@ -311,35 +311,36 @@ def _trim_list(data: list[Any], max_chars: int, max_items: int) -> Any:
 
 
 def _trim_dict(data: dict[str, Any], max_chars: int, max_items: int) -> Any:
-    if _json_len(data) <= max_chars:
+    size = {k: _json_len(k) + 2 + _json_len(v) for k, v in data.items()}  # '"k": v'
+    total = 2 + sum(size.values()) + 2 * max(0, len(size) - 1)  # braces, ", " between
+    if total <= max_chars:
         return data
     n = len(data)
-    head = "trimmed" if "summary" in data else "summary"
+    head = next(h for h in ("summary", "trimmed", "_trimmed", "") if h not in data)
     room = max_chars - 160  # the header: counts, and the names of shortened values
     out = dict(data)
     shortened: list[str] = []
     # 1. every large value (container or long string) cut to an equal share of the room,
-    # the largest first, until the object fits
-    big = {
-        k for k, v in out.items() if isinstance(v, list | dict | str) and _json_len(v) > _MIN_CHARS
-    }
-    small = sum(_json_len(k) + _json_len(v) + 4 for k, v in out.items() if k not in big)
+    # the largest first, until the object fits (sizes kept up to date, not re-measured)
+    big = {k for k, v in out.items() if isinstance(v, list | dict | str) and size[k] > _MIN_CHARS}
+    small = sum(size[k] + 2 for k in out if k not in big)
     share = max(_MIN_CHARS, (room - small) // max(1, len(big)) - 8)
-    for k in sorted(big, key=lambda k: -_json_len(out[k])):
-        if _json_len(out) <= room:
+    for k in sorted(big, key=lambda k: -size[k]):
+        if total <= room:
             break
-        if _json_len(out[k]) > share:
+        if size[k] - _json_len(k) - 2 > share:
             shortened.append(_describe(k, out[k]))
             out[k] = _trim(out[k], share, max_items)
+            new = _json_len(k) + 2 + _json_len(out[k])
+            total, size[k] = total - size[k] + new, new
     # 2. still too long (many keys): the first keys that fit
     shown = n
-    if _json_len(out) > room:
+    if total > room:
         used, shown = 2, 0
-        for k, v in out.items():
-            size = _json_len(k) + _json_len(v) + 4
-            if used + size > room:
+        for k in out:
+            if used + size[k] + 2 > room:
                 break
-            used, shown = used + size, shown + 1
+            used, shown = used + size[k] + 2, shown + 1
         out = dict(list(out.items())[:shown])
     parts = [f"{n} keys" + (f", showing the first {shown}" if shown < n else "")]
     if shortened:
