@@ -50,6 +50,8 @@ _WHY = {
     "no_progress": "The last steps made no progress. ",
     "max_steps": "The step limit was reached. ",
     "max_tool_calls": "The tool-call limit was reached. ",
+    "not_allowed": "The tool asked for is not allowed in this run. ",
+    "denied": "The call asked for was not approved. ",
 }
 
 

@@ -9,7 +9,7 @@
 Endpoint: ``--base-url``, else ``LOOPSTACK_BASE_URL``, else ``OPENAI_BASE_URL``, else
 ``http://127.0.0.1:8000/v1``; key ``LOOPSTACK_API_KEY`` or ``OPENAI_API_KEY``; model: the
 first chat model ``/v1/models`` lists. ``--json`` prints one JSON object as the last line:
-``status, reason, answer, steps, tool_calls, tokens, trace_path, run_id, elapsed_s, plan,
+``status, reason, answer, steps, tool_calls, refused, tokens, trace_path, run_id, elapsed_s, plan,
 workers, cost`` (``cost`` summed over the team; see agent.cost).
 """
 

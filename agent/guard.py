@@ -8,9 +8,15 @@ returns can approve a call or widen the allowlist: tool output is only ever data
 The injection check is structural, because a small model follows injected text whatever the
 prompt says: a call is *suspicious* when its tool name, or a distinctive argument value
 (an e-mail address, a URL, a path, a long string or a long number), appears inside the text
-of earlier untrusted tool output but not in anything the user said (a value that is a whole
-field of a result, like a file name from a listing, is data the model may chain on).
-A suspicious call is held for approval exactly like a dangerous tool.
+of earlier untrusted tool output - its values *and its keys* - but not in anything the user
+said (a value that is a whole field of a result, like a file name from a listing, is data
+the model may chain on). Text is compared normalised: NFKC, invisible characters dropped,
+whitespace collapsed, case-folded, and an address spelled out ("attacker at evil dot
+example") read as the address. A suspicious call is held for approval exactly like a
+dangerous tool.
+
+The repeated-call signature compares normalised arguments (canonical JSON, strings
+stripped and case-folded), so ``"x"``, ``"x "`` and ``"X"`` are the same call.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import inspect
 import json
 import re
 import sys
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
@@ -91,8 +98,24 @@ async def ask(approver: Approver | None, request: ApprovalRequest) -> bool:
 
 
 def call_signature(name: str, arguments: dict[str, Any]) -> str:
-    """Identity of a call for the repeated-call detector (name + canonical arguments)."""
-    return name + json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+    """Identity of a call for the repeated-call detector: the name and the *normalised*
+    arguments as canonical JSON (keys sorted; strings NFKC, stripped, inner whitespace
+    collapsed and case-folded; ``1.0`` as ``1``), so ``"x"``, ``"x "`` and ``"X"`` are one
+    call."""
+    canon = _canonical(arguments)
+    return name + json.dumps(canon, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, str):
+        return _norm(value).strip()
+    if isinstance(value, dict):
+        return {_norm(str(k)).strip(): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def call_sig(call: dict[str, Any]) -> str:
@@ -103,13 +126,17 @@ def call_sig(call: dict[str, Any]) -> str:
 _EMAIL = re.compile(r"[^\s@]+@[^\s@]+\.[A-Za-z]{2,}")
 
 
-def _walk(value: Any) -> Iterator[Any]:
+def _walk(value: Any, *, keys: bool = False) -> Iterator[Any]:
+    """The leaves of a JSON value; with ``keys``, every object key too (tool output can
+    carry text in its keys as well as in its values)."""
     if isinstance(value, dict):
-        for v in value.values():
-            yield from _walk(v)
+        for k, v in value.items():
+            if keys:
+                yield k
+            yield from _walk(v, keys=keys)
     elif isinstance(value, list):
         for v in value:
-            yield from _walk(v)
+            yield from _walk(v, keys=keys)
     else:
         yield value
 
@@ -138,8 +165,31 @@ def distinctive_values(arguments: dict[str, Any]) -> list[str]:
     return out
 
 
+# soft hyphen, zero-width spaces and joiners, word joiner, BOM: NFKC keeps them
+_INVISIBLE = dict.fromkeys([0x00AD, 0x180E, 0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF])
+
+
 def _norm(text: str) -> str:
+    """Text as compared: NFKC (full-width and compatibility forms folded), invisible
+    characters removed, whitespace collapsed, case-folded."""
+    text = unicodedata.normalize("NFKC", text).translate(_INVISIBLE)
     return re.sub(r"\s+", " ", text).casefold()
+
+
+# an address spelled out: "attacker at evil dot example", "bob [at] corp (dot) com"
+_AT = r"\s*(?:\[at\]|\(at\)|\{at\}|\sat\s)\s*"
+_DOT = r"\s*(?:\[dot\]|\(dot\)|\{dot\}|\sdot\s|\.)\s*"
+_SPELLED = re.compile(rf"([\w.+-]+){_AT}([\w-]+(?:{_DOT}[\w-]+)+)")
+
+
+def _unobfuscate(text: str) -> str:
+    """``text`` with spelled-out addresses written as addresses (``a@b.c``)."""
+
+    def addr(m: re.Match[str]) -> str:
+        host = re.sub(_DOT, ".", m.group(2))
+        return f"{m.group(1)}@{host}"
+
+    return _SPELLED.sub(addr, text)
 
 
 def _untrusted_leaves(outputs: Iterable[str]) -> list[str]:
@@ -153,13 +203,13 @@ def _untrusted_leaves(outputs: Iterable[str]) -> list[str]:
             leaves.append(_norm(str(raw)))
             continue
         if not isinstance(body, dict) or "data" not in body:
-            leaves.extend(_norm(str(v)) for v in _walk(body))
+            leaves.extend(_norm(str(v)) for v in _walk(body, keys=True))
             continue
         parts: list[Any] = [body.get("data")]
         err = body.get("error") or {}
         if isinstance(err, dict) and err.get("type") in _TOOL_FAILURES:
             parts.append(err.get("message", ""))
-        leaves.extend(_norm(str(v)) for v in _walk(parts) if v is not None)
+        leaves.extend(_norm(str(v)) for v in _walk(parts, keys=True) if v is not None)
     return leaves
 
 
@@ -178,16 +228,19 @@ def suspicious_call(
     leaves = _untrusted_leaves(untrusted)
     if not leaves:
         return None
+    exact = set(leaves)  # whole values and keys: data the model may chain on
+    # text as it reads: the leaves, and the leaves with spelled-out addresses written out
+    texts = leaves + [u for leaf in leaves if (u := _unobfuscate(leaf)) != leaf]
     said = _norm("\n".join(trusted))
-    name_pat = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(name.casefold()) + r"(?![A-Za-z0-9_])")
-    if any(name_pat.search(leaf) for leaf in leaves) and not name_pat.search(said):
+    said += "\n" + _unobfuscate(said)
+    name_pat = re.compile(r"(?<![a-z0-9_])" + re.escape(_norm(name)) + r"(?![a-z0-9_])")
+    if any(name_pat.search(t) for t in texts) and not name_pat.search(said):
         return f"tool {name!r} is named in earlier tool output, not in the user's request"
-    exact = set(leaves)
     for value in distinctive_values(arguments):
-        v = _norm(value)
+        v = _norm(value).strip()
         if v in said or v in exact:
             continue
-        if any(v in leaf for leaf in leaves):
+        if any(v in t for t in texts):
             return f"argument value {value!r} comes from text inside tool output, not from the user"
     return None
 

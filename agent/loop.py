@@ -171,6 +171,9 @@ class Agent:
             state.user_messages.append(goal)
             state.step = state.tool_calls = 0
             state.started = time.monotonic()
+            # the budgets are per turn: what earlier turns spent stays in cost() only
+            state.turn_tokens_from = state.usage.total + state.charged.tokens
+            state.turn_calls_from = state.charged.tool_calls
             state.status = state.reason = None
             state.answer = ""
         pin_user_message(state, goal)
@@ -235,7 +238,7 @@ class Agent:
             fresh = [c for c in calls if call_sig(c) not in seen]
             if not fresh:  # the same call again: not run; a hint first, then the forced answer
                 if repeats >= self.config.limits.repeat_nudges:
-                    yield await self._finish(state, "repeated_call")
+                    yield await self._finish(state, _repeat_reason(calls, seen))
                     break
                 repeats += 1  # once: not run, answered with a hint to use it or move on
             state.messages.append(message)
@@ -266,11 +269,11 @@ class Agent:
         lim = self.config.limits
         if state.step >= lim.max_steps:
             return "max_steps", f"{state.step} model steps (max_steps={lim.max_steps})"
-        calls = state.tool_calls + state.charged.tool_calls  # workers' calls count too
+        calls = state.turn_tool_calls()  # workers' calls count too
         if calls >= lim.max_tool_calls and state.step > 0:
             return "max_tool_calls", f"{calls} tool calls (max {lim.max_tool_calls})"
         if (spent := state.spent_tokens()) >= lim.max_tokens:
-            return "tokens", f"{spent} tokens used (budget {lim.max_tokens})"
+            return "tokens", f"{spent} tokens used this turn (budget {lim.max_tokens} a turn)"
         if state.elapsed() >= lim.wall_clock_s:
             return "wall_clock", f"{state.elapsed():.1f} s elapsed (limit {lim.wall_clock_s:g} s)"
         return None
@@ -377,7 +380,7 @@ class Agent:
     ) -> list[tuple[ToolStep, Observation | None]]:
         """Run the calls of one assistant message concurrently; append their tool replies
         in call order (every tool_call_id gets exactly one reply)."""
-        budget = self.config.limits.max_tool_calls - state.tool_calls - state.charged.tool_calls
+        budget = self.config.limits.max_tool_calls - state.turn_tool_calls()
         # workers called in this turn see who called them (budgets, depth, fan-out)
         token = CURRENT_TURN.set(
             Turn(self, state, len(calls), self.lineage.depth, self.lineage.ancestors)
@@ -572,6 +575,26 @@ class Agent:
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+
+def _repeat_reason(calls: list[dict[str, Any]], seen: dict[str, Observation]) -> Reason:
+    """Why a run of repeats ends: ``not_allowed`` / ``denied`` when every repeated call was
+    one the host refuses (the run is ``refused``, not ``done``), else ``repeated_call``."""
+    kinds = {_error_type(seen[call_sig(c)]) for c in calls if call_sig(c) in seen}
+    if kinds == {"not_allowed"}:
+        return "not_allowed"
+    if kinds and kinds <= {"not_allowed", "denied"}:
+        return "denied"
+    return "repeated_call"
+
+
+def _error_type(obs: Observation) -> str | None:
+    if obs.status != "error":
+        return None
+    try:
+        return str((json.loads(obs.content).get("error") or {}).get("type"))
+    except (json.JSONDecodeError, AttributeError):
+        return None
 
 
 def _model_error(exc: openai.APIError) -> AgentError:

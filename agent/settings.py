@@ -94,7 +94,9 @@ class AgentSettings(BaseSettings):
 
     max_steps: int = Field(default=8, ge=1)
     max_tool_calls: int = Field(default=16, ge=0)
-    max_tokens: int = Field(default=40_000, ge=100, description="token budget per run")
+    max_tokens: int = Field(
+        default=40_000, ge=100, description="token budget per run (each chat turn)"
+    )
     wall_clock_s: float = Field(default=300.0, gt=0)
     tool_timeout_s: float = Field(default=30.0, gt=0)
     no_progress_steps: int = Field(default=3, ge=1)

@@ -6,8 +6,15 @@ The loop (`agent.loop.Agent.steps`) is an async generator of the small `Step` da
 below; `RunResult.fold` turns the stream into the run's result, so ``run()`` is one fold.
 
 Statuses and reasons: a run ends ``done`` (an answer was produced), ``max_steps`` (a step
-or call limit, or no progress), ``budget`` (tokens or wall clock) or ``error`` (the model
-endpoint failed). ``reason`` says which limit: see `Reason`.
+or call limit, or no progress), ``budget`` (tokens or wall clock), ``refused`` (the model
+kept asking for a call the host refuses: a tool outside the allowlist, reason
+``not_allowed``, or a call nobody approved, ``denied``) or ``error`` (the model endpoint
+failed). ``reason`` says which limit: see `Reason`.
+
+`RunResult` counts as `cost` does: ``tool_calls`` are the calls this agent made on the host
+(``cost.tool_calls`` less its workers'), ``refused`` the calls it did not run (repeats and
+calls over ``max_tool_calls``), ``tokens`` the run's total with its workers' (``cost``'s)
+and ``own_total`` this agent's alone.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any, Literal
 from agent.cost import Cost
 from agent.selection import RunTools
 
-Status = Literal["done", "max_steps", "budget", "error"]
+Status = Literal["done", "max_steps", "budget", "refused", "error"]
 Reason = Literal[
     "answer",  # the model answered (text, then a forced final answer)
     "repeated_call",  # the model repeated an identical call: answered from observations
@@ -31,6 +38,8 @@ Reason = Literal[
     "tokens",
     "wall_clock",
     "model_error",
+    "not_allowed",  # the model kept calling a tool outside the run's allowlist
+    "denied",  # the model kept making a call the host did not approve
 ]
 STATUS_OF: dict[Reason, Status] = {
     "answer": "done",
@@ -41,7 +50,12 @@ STATUS_OF: dict[Reason, Status] = {
     "tokens": "budget",
     "wall_clock": "budget",
     "model_error": "error",
+    "not_allowed": "refused",
+    "denied": "refused",
 }
+#: Tool errors that are the host's refusal, not a run: the call is listed under
+#: ``RunResult.refused`` and does not count against ``max_tool_calls``.
+NOT_RUN = frozenset({"repeated_call", "limit"})
 
 
 def new_run_id() -> str:
@@ -135,6 +149,10 @@ class AgentState:
     delegated: dict[str, str] = field(default_factory=dict)
     charged: Cost = field(default_factory=Cost)
     run_tools: RunTools = field(default_factory=RunTools)  # tool selection (agent.selection)
+    # tokens spent before this turn (a chat session's earlier turns): the token budget is
+    # per turn, like steps, tool calls and the clock; ``cost()`` stays the whole session's
+    turn_tokens_from: int = 0
+    turn_calls_from: int = 0  # workers' tool calls charged before this turn
 
     def __post_init__(self) -> None:
         if not self.user_messages:
@@ -156,8 +174,13 @@ class AgentState:
         return own.plus(self.charged)
 
     def spent_tokens(self) -> int:
-        """Tokens counted against the run's budget: its own and its workers'."""
-        return self.usage.total + self.charged.tokens
+        """Tokens counted against this turn's budget: its own and its workers', since the
+        turn began (a run is one turn; a chat session's further turns each start at 0)."""
+        return self.usage.total + self.charged.tokens - self.turn_tokens_from
+
+    def turn_tool_calls(self) -> int:
+        """Tool calls counted against this turn's limit: its own and its workers'."""
+        return self.tool_calls + self.charged.tool_calls - self.turn_calls_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,8 +315,9 @@ class RunResult:
     reason: Reason = "model_error"
     answer: str = ""
     steps: int = 0
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    tokens: dict[str, int] = field(default_factory=dict)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # run on the host
+    refused: list[dict[str, Any]] = field(default_factory=list)  # not run: repeat, over limit
+    tokens: dict[str, int] = field(default_factory=dict)  # with the workers', as `cost`
     trace_path: str = ""
     elapsed_s: float = 0.0
     history: list[Step] = field(default_factory=list)
@@ -303,12 +327,13 @@ class RunResult:
 
     def close(self, state: AgentState, trace_path: str = "") -> RunResult:
         """What only the state knows at the end: tokens, cost, plan, workers."""
-        self.tokens = {
-            "prompt": state.usage.prompt_tokens,
-            "completion": state.usage.completion_tokens,
-            "total": state.usage.total,
-        }
         self.cost = state.cost()
+        self.tokens = {  # the team's, as `cost` counts them; ``own_total``: this agent's
+            "prompt": self.cost.prompt_tokens,
+            "completion": self.cost.completion_tokens,
+            "total": self.cost.tokens,
+            "own_total": state.usage.total,
+        }
         self.plan = state.plan.to_json() if state.plan is not None else None
         self.workers = list(state.workers)
         self.trace_path = trace_path
@@ -320,7 +345,11 @@ class RunResult:
         self.history.append(step)
         if isinstance(step, ModelStep):
             self.steps = max(self.steps, step.step)
-        elif isinstance(step, ToolStep) and step.error_type != "repeated_call":  # not run
+        elif isinstance(step, ToolStep) and step.error_type in NOT_RUN:
+            self.refused.append(
+                {"name": step.name, "arguments": step.arguments, "reason": step.error_type}
+            )
+        elif isinstance(step, ToolStep):
             self.tool_calls.append(
                 {"name": step.name, "arguments": step.arguments, "status": step.status}
             )
@@ -335,6 +364,7 @@ class RunResult:
             "answer": self.answer,
             "steps": self.steps,
             "tool_calls": self.tool_calls,
+            "refused": self.refused,
             "tokens": self.tokens,
             "trace_path": self.trace_path,
             "run_id": self.run_id,

@@ -90,7 +90,7 @@ def carve(own: Limits, parent: Limits, state: AgentState, share: int) -> Limits:
     ways between the turn's sub-tasks). Depth is the parent's (a team-wide limit)."""
     share = max(1, share)
     tokens_left = parent.max_tokens - state.spent_tokens()
-    calls_left = parent.max_tool_calls - state.tool_calls - state.charged.tool_calls
+    calls_left = parent.max_tool_calls - state.turn_tool_calls()
     wall_left = parent.wall_clock_s - state.elapsed()
     return replace(
         own,

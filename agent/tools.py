@@ -251,33 +251,112 @@ def _json_len(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, default=str))
 
 
+_MIN_CHARS = 120  # below this a value is only a summary line
+
+
 def trim(data: Any, max_chars: int, max_items: int) -> Any:
-    """Keep a result under ``max_chars`` of JSON; the summary header comes first."""
-    if isinstance(data, list):
-        n = len(data)
-        if n <= max_items and _json_len(data) <= max_chars:
-            return data
-        keep = min(n, max_items)
-        while keep > 1 and _json_len(data[:keep]) > max_chars:
-            keep = max(1, keep // 2) if keep > 8 else keep - 1
-        rows = [trim(r, max_chars, max_items) for r in data[:keep]]
-        return {"summary": f"{n} rows, showing the first {keep}", "rows": rows}
-    if isinstance(data, dict):
-        if _json_len(data) <= max_chars:
-            return data
-        lists = [k for k, v in data.items() if isinstance(v, list | dict | str)]
-        out = dict(data)
-        for k in sorted(lists, key=lambda k: -_json_len(data[k])):
-            out[k] = trim(data[k], max(200, max_chars // 2), max_items)
-            if _json_len(out) <= max_chars:
-                break
+    """Bound any JSON value to ``max_chars`` characters of JSON (and lists to ``max_items``
+    rows), the summary header included. What was cut is said first, in a ``summary`` key:
+
+    * a list: ``{"summary": "42 rows, showing the first 20", "rows": [...]}``;
+    * a string: ``{"summary": "9000 characters, showing the first 3900", "text": "..."}``;
+    * an object: its own keys, after a ``summary`` (``"trimmed"`` when it has a ``summary``
+      key of its own) saying how many keys are shown and which values were shortened:
+      ``{"summary": "1000 keys, showing the first 310", "k0": 0, ...}``.
+
+    Nested values are trimmed the same way, each within its share of the limit.
+    """
+    max_chars = max(max_chars, _MIN_CHARS)
+    out = _trim(data, max_chars, max_items)
+    if _json_len(out) <= max_chars:
         return out
-    if isinstance(data, str) and len(data) > max_chars:
-        return {
-            "summary": f"{len(data)} characters, showing the first {max_chars}",
-            "text": data[:max_chars],
-        }
+    # the last resort for whatever the rules above could not bound: the JSON text, cut
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return _cut_text(text, max_chars, what="characters of JSON")
+
+
+def _cut_text(text: str, max_chars: int, *, what: str = "characters") -> dict[str, Any]:
+    keep = max(0, max_chars - 80)
+    while True:
+        out = {"summary": f"{len(text)} {what}, showing the first {keep}", "text": text[:keep]}
+        over = _json_len(out) - max_chars
+        if over <= 0 or keep == 0:
+            return out
+        keep = max(0, keep - max(over, 1))
+
+
+def _trim(data: Any, max_chars: int, max_items: int) -> Any:
+    if isinstance(data, list):
+        return _trim_list(data, max_chars, max_items)
+    if isinstance(data, dict):
+        return _trim_dict(data, max_chars, max_items)
+    if isinstance(data, str) and _json_len(data) > max_chars:
+        return _cut_text(data, max_chars)
     return data
+
+
+def _trim_list(data: list[Any], max_chars: int, max_items: int) -> Any:
+    n = len(data)
+    if n <= max_items and _json_len(data) <= max_chars:
+        return data
+    keep = min(n, max_items)
+    room = max_chars - 60  # the header
+    share = max(_MIN_CHARS, room // max(1, keep))
+    rows = [_trim(r, share, max_items) for r in data[:keep]]
+    while keep > 0 and _json_len(rows[:keep]) > room:
+        keep = max(0, keep // 2) if keep > 8 else keep - 1
+    if keep == 0:  # not even one row fits whole: one row, cut to the room left
+        rows, keep = [_trim(data[0], max(_MIN_CHARS, room - 4), max_items)], 1
+    return {"summary": f"{n} rows, showing the first {keep}", "rows": rows[:keep]}
+
+
+def _trim_dict(data: dict[str, Any], max_chars: int, max_items: int) -> Any:
+    size = {k: _json_len(k) + 2 + _json_len(v) for k, v in data.items()}  # '"k": v'
+    total = 2 + sum(size.values()) + 2 * max(0, len(size) - 1)  # braces, ", " between
+    if total <= max_chars:
+        return data
+    n = len(data)
+    head = next(h for h in ("summary", "trimmed", "_trimmed", "") if h not in data)
+    room = max_chars - 160  # the header: counts, and the names of shortened values
+    out = dict(data)
+    shortened: list[str] = []
+    # 1. every large value (container or long string) cut to an equal share of the room,
+    # the largest first, until the object fits (sizes kept up to date, not re-measured)
+    big = {k for k, v in out.items() if isinstance(v, list | dict | str) and size[k] > _MIN_CHARS}
+    small = sum(size[k] + 2 for k in out if k not in big)
+    share = max(_MIN_CHARS, (room - small) // max(1, len(big)) - 8)
+    for k in sorted(big, key=lambda k: -size[k]):
+        if total <= room:
+            break
+        if size[k] - _json_len(k) - 2 > share:
+            shortened.append(_describe(k, out[k]))
+            out[k] = _trim(out[k], share, max_items)
+            new = _json_len(k) + 2 + _json_len(out[k])
+            total, size[k] = total - size[k] + new, new
+    # 2. still too long (many keys): the first keys that fit
+    shown = n
+    if total > room:
+        used, shown = 2, 0
+        for k in out:
+            if used + size[k] + 2 > room:
+                break
+            used, shown = used + size[k] + 2, shown + 1
+        out = dict(list(out.items())[:shown])
+    parts = [f"{n} keys" + (f", showing the first {shown}" if shown < n else "")]
+    if shortened:
+        names = ", ".join(shortened[:4])
+        more = f" and {len(shortened) - 4} more" if len(shortened) > 4 else ""
+        parts.append(f"shortened: {names}{more}")
+    return {head: "; ".join(parts), **out}
+
+
+def _describe(key: str, value: Any) -> str:
+    name = key if len(key) <= 24 else key[:21] + "..."
+    if isinstance(value, list):
+        return f"{name} ({len(value)} rows)"
+    if isinstance(value, dict):
+        return f"{name} ({len(value)} keys)"
+    return f"{name} ({len(value)} characters)"
 
 
 def _jsonable(data: Any) -> Any:

@@ -243,12 +243,20 @@ def stats(db: DbOpt = None) -> None:
 
 
 @app.command()
-def decay(db: DbOpt = None) -> None:
-    """Apply weight decay to unused records and prune faded inferred ones."""
+def decay(
+    db: DbOpt = None,
+    now: Annotated[
+        float | None,
+        typer.Option("--now", help="Decay as of this Unix time (default: the current time)."),
+    ] = None,
+) -> None:
+    """Decay unused records' weights and prune faded non-explicit ones; prints
+    {"decayed": records whose weight changed, "pruned": N}. A store also runs this by itself
+    when it opens and a day passed (LOOPSTACK_MEMORY_DECAY_EVERY_HOURS)."""
 
     def go() -> None:
         with _store(db) as st:
-            typer.echo(json.dumps(st.decay()))
+            typer.echo(json.dumps(st.decay(now=now)))
 
     _run(go)
 

@@ -143,6 +143,17 @@ class MemorySettings(BaseSettings):
     )
     decay_half_life_days: float = 180.0
     prune_below_weight: float = 0.05
+    explicit_weight_floor: float = Field(
+        default=0.2,
+        description="Decay never takes a user_explicit record below this weight (one already "
+        "below it keeps its weight); user_explicit records are never pruned",
+    )
+    decay_every_hours: float = Field(
+        default=24.0,
+        ge=0.0,
+        description="A store that opens when the last decay run is at least this old runs "
+        "one (the time is kept in the ledger's meta); 0: only `loopstack memory decay`",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> MemorySettings:

@@ -14,16 +14,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from memory.config import MemorySettings
-from memory.embedding import Embedder
+from memory.embedding import Embedder, Vectors
 from memory.exceptions import RedactedError
+from memory.index import ShardedIndex, shard_name
 from memory.ledger.backend import LedgerBackend
 from memory.records import MemorySource, MemoryType, Recall, Scope, WriteResult
 from memory.writeback import Proposal, fingerprint, only_redactions, redact
+from memory.writer import RecordWriter, supersede_rule
 
 __all__ = ["WriteTarget", "execute"]
 
 _OBSERVATION_MATCH = 0.9
 _CORRECTION_MATCH = 0.5
+_NEIGHBOURS = 8  # the records a restated value is checked against (the writer's own count)
 
 
 class WriteTarget(Protocol):
@@ -34,6 +37,12 @@ class WriteTarget(Protocol):
 
     @property
     def ledger(self) -> LedgerBackend: ...
+
+    @property
+    def writer(self) -> RecordWriter: ...
+
+    @property
+    def index(self) -> ShardedIndex: ...
 
     @property
     def add_many(self) -> Callable[..., Awaitable[list[str]]]: ...
@@ -47,6 +56,15 @@ class WriteTarget(Protocol):
 
 async def _add(store: WriteTarget, text: str, **kw: Any) -> str:
     return (await store.add_many([text], **kw))[0]
+
+
+def _stored(store: WriteTarget, rid: str, reason: str, text: str) -> WriteResult:
+    """The result of an add: ``superseded`` (naming the record it replaced) when the
+    writer's supersede rule replaced one, else ``stored``."""
+    replaced = store.writer.last_superseded.get(rid)
+    if replaced:
+        return WriteResult("superseded", rid, replaced[0], reason, text)
+    return WriteResult("stored", rid, reason=reason, text=text)
 
 
 def _scope_kw(scope: Scope) -> dict[str, Any]:
@@ -81,8 +99,9 @@ async def execute(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
             check_conflicts=target is None,
             supersedes=None if target is None else target.id,
         )
-        sup = None if target is None else target.id
-        return WriteResult("superseded" if sup else "stored", rid, sup, "user correction", p.text)
+        if target is not None:
+            return WriteResult("superseded", rid, target.id, "user correction", p.text)
+        return _stored(store, rid, "user correction", p.text)
     rid = await _add(
         store,
         p.text,
@@ -98,7 +117,18 @@ async def execute(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
         if p.weight == s.unsupported_weight
         else p.kind
     )
-    return WriteResult("stored", rid, reason=why, text=p.text)
+    return _stored(store, rid, why, p.text)
+
+
+async def _gives_new_value(store: WriteTarget, text: str, vec: Vectors, scope: Scope) -> bool:
+    """Whether ``text`` states a new value of the subject of one of the active records of
+    this scope nearest to it, by the writer's own rule (``memory.writer.supersede_rule``).
+    Straight from the index: no query rewrite, no recall usage counted."""
+    hits = store.index.search(shard_name(scope.user_id), vec[None, :], _NEIGHBOURS)
+    recs = await asyncio.to_thread(store.ledger.by_rowids, [r for r, _ in hits], scope)
+    return any(
+        supersede_rule(recs[r].text, text, sim, store.settings) for r, sim in hits if r in recs
+    )
 
 
 async def _observe(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
@@ -114,6 +144,19 @@ async def _observe(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult
     if known is not None:
         await _add(store, text, **kw, type=known.type, source=known.source)
         return WriteResult("duplicate", known.id, reason="already remembered", text=text)
+    if await _gives_new_value(store, text, vec, scope):
+        # "My sister moved to Porto." after "My sister lives in Lisbon": the user said it, so
+        # it is stored as the user's words at once and the add's supersede rule replaces the
+        # old value, exactly as ``add`` would (no waiting for three sightings).
+        rid = await _add(
+            store,
+            text,
+            **kw,
+            type=p.type if isinstance(p.type, MemoryType) else MemoryType(p.type),
+            source=MemorySource.USER_EXPLICIT,
+            weight=s.default_weight,
+        )
+        return _stored(store, rid, "the user stated a new value of a known subject", text)
     for ofp, _otext, _count, ovec in await asyncio.to_thread(ledger.observations, user_id):
         if ofp == fp or float(ovec @ vec) >= _OBSERVATION_MATCH:
             fp = ofp

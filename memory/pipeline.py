@@ -225,9 +225,9 @@ def score_candidates(
         c.importance = importance(c.record)
         c.freshness = freshness(c.record, now, settings.half_life_days)
         c.type_boost = settings.type_boost if task_type and c.record.type == task_type else 0.0
-        relevance = c.similarity + settings.w_keyword * c.keyword
+        c.relevance = c.similarity + settings.w_keyword * c.keyword
         c.score = (
-            settings.w_similarity * relevance
+            settings.w_similarity * c.relevance
             + settings.w_importance * c.importance
             + settings.w_freshness * c.freshness
             + c.type_boost

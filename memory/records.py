@@ -62,7 +62,7 @@ SOURCE_PRIOR: dict[MemorySource, float] = {
 #: How a record is known; see ``memory.trust``.
 Provenance = Literal["user_said", "evidence", "repeated", "unverified"]
 #: What a trust event did to a record (its history, next to the supersede chain).
-EventKind = Literal["confirmed", "contradicted", "conflict_kept"]
+EventKind = Literal["confirmed", "contradicted", "conflict_kept", "forgotten"]
 WriteAction = Literal[
     "stored", "duplicate", "superseded", "observed", "promoted", "rejected", "forgotten"
 ]
@@ -159,6 +159,7 @@ class Candidate:
     record: Record
     similarity: float = 0.0
     keyword: float = 0.0
+    relevance: float = 0.0  # the hybrid match: similarity + w_keyword * keyword (gate 3)
     importance: float = 0.0
     freshness: float = 0.0
     type_boost: float = 0.0

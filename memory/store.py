@@ -37,7 +37,7 @@ from memory.exceptions import (
 from memory.execution import execute
 from memory.index import ShardedIndex
 from memory.ledger.backend import LedgerBackend, is_url, open_ledger, url_key
-from memory.ledger.common import NewRecord
+from memory.ledger.common import FORGOTTEN, NewRecord
 from memory.llm import ModelClient
 from memory.reader import RecallMode, RecallReader
 from memory.records import (
@@ -103,6 +103,7 @@ class AsyncMemoryStore:
         self._write_lock = asyncio.Lock()
         self._usage: dict[int, tuple[int, float]] = {}
         self._usage_lock = threading.Lock()
+        self._next_decay = math.inf  # when the decay schedule is next checked (on open)
 
     # --- lifecycle ---------------------------------------------------------------------
     @property
@@ -178,6 +179,30 @@ class AsyncMemoryStore:
         else:
             index.wipe()  # about to re-embed everything and rebuild
         logger.info("memory store %s open: %d vectors", ledger.describe(), len(index))
+        if check_embedder:
+            self._decay_if_due(time.time())
+
+    def _decay_if_due(self, now: float) -> None:
+        """The decay schedule: on open and after a write-back, run decay when the last run
+        (``decayed_at`` in the ledger's meta, shared by every server of a Postgres ledger)
+        is ``decay_every_hours`` old. A store that never ran one starts its clock
+        (``decay_clock``) instead: a new store has nothing to decay."""
+        every = self.settings.decay_every_hours * 3600.0
+        if every <= 0:
+            return
+        ledger = self.ledger
+        self._next_decay = now + every  # retried no sooner than this, whatever happens below
+        try:
+            last = ledger.get_meta("decayed_at") or ledger.get_meta("decay_clock")
+            if last is None:
+                ledger.set_meta("decay_clock", repr(now))
+            elif now - float(last) >= every:
+                out = self._decay_sync(now)
+                logger.info("memory decay (scheduled): %s", out)
+            else:
+                self._next_decay = float(last) + every
+        except Exception as exc:  # decay is upkeep: it never fails an open or a write-back
+            logger.warning("scheduled memory decay failed: %s", exc)
 
     async def close(self) -> None:
         async with self._write_lock:
@@ -350,7 +375,10 @@ class AsyncMemoryStore:
         return await self.get(record_id, user_id=user_id)
 
     async def forget(self, record_id: str, *, user_id: str) -> list[str]:
-        """Delete a record and the older versions it superseded, from ledger and index."""
+        """Forget a record and the older versions it superseded: their text, evidence and
+        vectors are erased and they leave the index and keyword recall, but each stays in
+        the ledger as a tombstone (``[forgotten]``, with a ``forgotten`` event), so
+        ``history`` still shows the supersede chain."""
         await self.open()
         async with self._write_lock:
             return await asyncio.to_thread(self._forget_sync, record_id, user_id)
@@ -361,8 +389,10 @@ class AsyncMemoryStore:
             rec = tx.get(record_id)
             if rec is None or rec.user_id != user_id:
                 raise NotFoundError(f"no record {record_id} for this user")
+            if rec.superseded_by == FORGOTTEN:
+                return []  # forgotten already
             doomed = [rec, *self.ledger.predecessors(rec.id)]
-            tx.delete(doomed)
+            tx.tombstone(doomed, "forgotten at the user's request")
         self.replica.catch_up()
         self.replica.persist()
         return [r.id for r in doomed]
@@ -370,7 +400,10 @@ class AsyncMemoryStore:
     async def forget_matching(
         self, text: str, *, user_id: str, min_similarity: float = 0.55
     ) -> list[str]:
-        """Forget every record of the user that matches ``text`` well (a forget request)."""
+        """Forget every record of the user that matches ``text`` well (a forget request):
+        its hybrid relevance, the same ``similarity + w_keyword * keyword`` recall ranks by
+        (``Candidate.relevance``), is at least ``min_similarity``. "sister" thus forgets "My
+        sister lives in Porto" (MiniLM cosine 0.40 plus 0.3 for a full keyword match)."""
         async with self._write_lock:
             return await self._forget_matching(text, user_id, min_similarity)
 
@@ -383,11 +416,7 @@ class AsyncMemoryStore:
             max_items=10**6,
             include_unverified=True,
         )
-        doomed = [
-            c.id
-            for c in rec.candidates
-            if c.similarity >= min_similarity or (c.keyword >= 0.99 and c.similarity >= 0.4)
-        ]
+        doomed = [c.id for c in rec.candidates if c.relevance >= min_similarity]
         out: list[str] = []
         for rid in doomed:
             try:
@@ -397,7 +426,10 @@ class AsyncMemoryStore:
         return out
 
     async def decay(self, now: float | None = None) -> dict[str, int]:
-        """Lower the weight of unused records (half-life) and prune the faded inferred ones."""
+        """Lower the weight of unused records (half-life; a ``user_explicit`` one never below
+        ``explicit_weight_floor``) and prune the faded non-explicit ones. ``decayed`` counts
+        the records whose weight changed. Runs by itself when a store opens and it is due
+        (``decay_every_hours``); this runs it now (``now``: the time to decay to)."""
         await self.open()
         async with self._write_lock:
             return await asyncio.to_thread(self._decay_sync, time.time() if now is None else now)
@@ -405,7 +437,9 @@ class AsyncMemoryStore:
     def _decay_sync(self, now: float) -> dict[str, int]:
         self._flush_usage()
         s, ledger = self.settings, self.ledger
-        decayed, doomed = ledger.decay(now, s.decay_half_life_days, s.prune_below_weight)
+        decayed, doomed = ledger.decay(
+            now, s.decay_half_life_days, s.prune_below_weight, s.explicit_weight_floor
+        )
         ledger.delete(doomed)
         self.replica.catch_up()
         self.replica.persist()
@@ -447,6 +481,8 @@ class AsyncMemoryStore:
                         results.append(await execute(self, p, scope))
                     except RejectedError as exc:
                         results.append(WriteResult("rejected", reason=str(exc), text=p.text))
+                if time.time() >= self._next_decay:  # a long-running server: due again
+                    await asyncio.to_thread(self._decay_if_due, time.time())
             finally:
                 _WRITE_BACK_OWNER.reset(token)
         return results

@@ -6,7 +6,8 @@ The promotion gate (``plan_turn``) turns one finished turn into proposals:
 * a user correction ("actually ...", "no, it's ...") - stored, and it supersedes the
   closest older record;
 * a task conclusion - stored with source ``task``; a conclusion that claims facts without
-  evidence is stored with low weight, so a poisoned tool result cannot become a "fact";
+  evidence is stored with low weight, so a poisoned tool result cannot become a "fact"; a
+  trivial one ("Noted.", "OK", "Done.": ``trivial_reply``) is not stored at all;
 * plain self-statements ("I live in ...", "my ...") - only *observed*; one becomes a
   record once it was seen ``promote_after`` (3) times;
 * a forget request ("don't remember my card number") - deletes matching records;
@@ -24,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from memory.pipeline import STOPWORDS
 from memory.records import DistilledMemory, MemorySource, MemoryType, Turn
 from memory.redaction import only_redactions, redact
 
@@ -38,6 +40,7 @@ __all__ = [
     "redact",
     "redact_turn",
     "same_content",
+    "trivial_reply",
     "updates_subject",
 ]
 
@@ -254,6 +257,23 @@ def claims_fact(text: str) -> bool:
     return bool(_CLAIM.search(text))
 
 
+# Acknowledgements: an answer made only of these (and stopwords) says nothing to remember.
+_ACK = frozenset(
+    """noted done sure got understood thanks thank ll ve saved stored recorded acknowledged
+    alright fine great perfect cool certainly absolutely course will do did that it i no
+    problem welcome glad happy help sounds good right away memorized memorised remembered
+    kept mind copy roger note added updated""".split()
+)
+
+
+def trivial_reply(text: str) -> bool:
+    """Whether an answer carries nothing to remember: only acknowledgements and stopwords
+    ("Noted.", "OK", "Done.", "Got it, I'll remember that!"). A number or any content word
+    makes it substantive ("Your locker code is 4417.")."""
+    words = fingerprint(text).split()
+    return not [w for w in words if w not in STOPWORDS and w not in _ACK]
+
+
 @dataclass(slots=True)
 class Proposal:
     """One thing the gate wants done."""
@@ -303,7 +323,7 @@ def plan_turn(
                     else MemoryType.FACT
                 )
                 out.append(Proposal("observation", s, type=mtype, source=MemorySource.INFERRED))
-    if turn.task_conclusion and turn.task_conclusion.strip():
+    if turn.task_conclusion and not trivial_reply(turn.task_conclusion):
         text = turn.task_conclusion.strip()
         supported = bool(turn.evidence) or not claims_fact(text)
         out.append(

@@ -42,7 +42,7 @@ from memory.replica import IndexReplica
 from memory.trust import USER_CONFIRMED, provenance
 from memory.writeback import conflicting_value, same_content, updates_subject
 
-__all__ = ["OnConflict", "RecordWriter"]
+__all__ = ["OnConflict", "RecordWriter", "supersede_rule"]
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +169,15 @@ def supersedes_value(old: str, new: str) -> bool:
     return conflicting_value(old, new) or updates_subject(old, new)
 
 
+def supersede_rule(old: str, new: str, similarity: float, settings: MemorySettings) -> bool:
+    """The supersede rule with its cosine floors: the same subject with a different value
+    (``supersede_similarity``) or an explicit update of the subject (``update_similarity``).
+    The writer applies it to every add; write-back asks it of a plain self-statement."""
+    return (similarity >= settings.supersede_similarity and conflicting_value(old, new)) or (
+        similarity >= settings.update_similarity and updates_subject(old, new)
+    )
+
+
 class RecordWriter:
     """Sync (worker-thread) executor of adds; the store serialises calls with its lock."""
 
@@ -176,6 +185,9 @@ class RecordWriter:
         self, ledger: LedgerBackend, replica: IndexReplica, settings: MemorySettings
     ) -> None:
         self.ledger, self.replica, self.settings = ledger, replica, settings
+        #: What the last ``add`` superseded: new id -> the ids it replaced (read it under the
+        #: store's write lock, as write-back does, to report a supersede).
+        self.last_superseded: dict[str, list[str]] = {}
 
     def add(
         self,
@@ -189,6 +201,8 @@ class RecordWriter:
         """Insert ``items`` (one transaction); returns one id per item (an existing id for a
         duplicate)."""
         out: list[str | int] = []
+        self.last_superseded = {}
+        superseded: dict[str, list[str]] = {}
         batch = _Batch(int(vecs.shape[1]) if len(vecs) else 1)
         pending = batch.items
         with self.ledger.write() as tx:
@@ -228,7 +242,9 @@ class RecordWriter:
                         continue
                     done.add(rec.id)
                     tx.supersede(rec, new_id, f"contradicted by {new_id}: {p.item.text[:80]}")
+                    superseded.setdefault(new_id, []).append(rec.id)
                     logger.info("%s supersedes %s", new_id, rec.id)
+        self.last_superseded = superseded  # committed
         self.replica.catch_up()
         self.replica.persist()
         return [r if isinstance(r, str) else inserted[r][0] for r in out]
@@ -277,10 +293,7 @@ class RecordWriter:
                     if sim >= floor and batch.items[j].item.scope.user_id == user
                 ]
                 for ref, old, sim in cands:
-                    if not (
-                        (sim >= s.supersede_similarity and conflicting_value(old.text, item.text))
-                        or (sim >= s.update_similarity and updates_subject(old.text, item.text))
-                    ):
+                    if not supersede_rule(old.text, item.text, sim, s):
                         continue
                     if self._may_supersede(new, old):
                         replaces.append(ref)

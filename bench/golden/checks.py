@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 from bench.golden import data, reading
 
-STATUSES = ("done", "max_steps", "budget", "error")
+STATUSES = ("done", "max_steps", "budget", "refused", "error")
 
 
 @dataclass

@@ -30,10 +30,12 @@ from memory.records import EventKind, MemorySource, MemoryType, Record, Scope, T
 
 __all__ = [
     "COLUMNS",
+    "FORGOTTEN",
     "INSERT_COLUMNS",
     "POSTGRES",
     "SQLITE",
     "STATS_SQL",
+    "TOMBSTONE_TEXT",
     "Change",
     "Dialect",
     "NewRecord",
@@ -65,6 +67,7 @@ INSERT_COLUMNS = (
 STATS_SQL = {
     "records": "SELECT count(*) FROM records",
     "active": "SELECT count(*) FROM records WHERE superseded_by IS NULL",
+    "forgotten": "SELECT count(DISTINCT record_id) FROM events WHERE kind = 'forgotten'",
     "users": "SELECT count(DISTINCT user_id) FROM records",
     "observations": "SELECT count(*) FROM observations",
     "pending_changes": "SELECT count(*) FROM changes",
@@ -80,6 +83,8 @@ class Dialect:
     greatest: str  # the largest of its arguments (SQLite's scalar max() takes several)
     power: str
     max_in: int  # most values one IN list may bind (SQLite's variable limit)
+    least: str = "min"  # the smallest of its arguments
+    for_update: str = ""  # row lock of a read in a write transaction (SQLite: the whole file)
 
     def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the SQL and its parameters."""
@@ -89,7 +94,13 @@ class Dialect:
 
 
 SQLITE = Dialect("sqlite", "?", "max", "pow", 900)
-POSTGRES = Dialect("postgres", "%s", "greatest", "power", 1 << 30)
+POSTGRES = Dialect("postgres", "%s", "greatest", "power", 1 << 30, "least", " FOR UPDATE")
+
+
+#: ``superseded_by`` of a forgotten record that nothing newer replaced (see ``tombstone``).
+FORGOTTEN = "forgotten"
+#: The text a forgotten record keeps in the ledger.
+TOMBSTONE_TEXT = "[forgotten]"
 
 
 def new_id() -> str:
@@ -270,6 +281,30 @@ class SqlTx:
             n += 1
         return n
 
+    def tombstone(self, records: Iterable[Record], detail: str) -> int:
+        """Forget records but keep their place in the audit trail: the text becomes
+        :data:`TOMBSTONE_TEXT`, evidence, fingerprint and vector are erased, an active record
+        leaves the index and the keyword side (``superseded_by`` = :data:`FORGOTTEN`), and
+        every event keeps its kind and time but loses its detail (it may quote the text). A
+        ``forgotten`` event says when. ``history`` still shows the supersede chain."""
+        p, n = self.dialect.p, 0
+        for rec in records:
+            if rec.superseded_by is None:  # active: out of the vector index and term counts
+                self.log_change("del", rec.rowid, rec.user_id)
+                self.count_terms(rec.user_id, [rec.text], -1)
+            self.send(
+                f"UPDATE records SET superseded_by = coalesce(superseded_by, {p}), text = {p}, "
+                f"evidence = '[]', fingerprint = '' WHERE rowid = {p}",
+                (FORGOTTEN, TOMBSTONE_TEXT, rec.rowid),
+            )
+            self.send(f"DELETE FROM vectors WHERE rowid = {p}", (rec.rowid,))
+            self.send(
+                f"UPDATE events SET detail = {p} WHERE record_id = {p}", (TOMBSTONE_TEXT, rec.id)
+            )
+            self.event(rec.id, "forgotten", detail)
+            n += 1
+        return n
+
     def bump_mentions(self, record_id: str, *, weight: float | None = None) -> None:
         d = self.dialect
         self.send(
@@ -378,25 +413,49 @@ class SqlLedger:
             )
 
     def decay(
-        self, now: float, half_life_days: float, prune_below: float
+        self, now: float, half_life_days: float, prune_below: float, explicit_floor: float = 0.0
     ) -> tuple[int, list[Record]]:
         """Halve weights per ``half_life_days`` of disuse since the later of last use and the
-        previous run; returns (records decayed, faded non-explicit records to prune)."""
-        d = self.dialect
-        prev = float(self.get_meta("decayed_at") or 0.0)
+        previous run (read and written in the same transaction, serialised with other runs:
+        two servers never apply the same interval twice); a ``user_explicit`` weight stops at
+        ``explicit_floor``. Returns (records whose weight changed - a change under 0.01 % is
+        neither applied nor counted -, faded non-explicit records to prune)."""
+        d, p = self.dialect, self.dialect.p
+        factor = (
+            f"{d.power}(0.5, {d.greatest}(0.0, {p} - {d.greatest}(created_at, "
+            f"coalesce(last_used_at, 0), {p})) / 86400.0 / {p})"
+        )
+        new = (
+            f"CASE WHEN source = 'user_explicit' THEN {d.greatest}({d.least}(weight, {p}), "
+            f"weight * {factor}) ELSE weight * {factor} END"
+        )
         with self.write() as tx:
-            decayed = tx.execute(
-                f"UPDATE records SET weight = weight * {d.power}(0.5, {d.greatest}(0.0, {d.p} - "
-                f"{d.greatest}(created_at, coalesce(last_used_at, 0), {d.p})) / 86400.0 / {d.p}) "
-                "WHERE superseded_by IS NULL",
-                (now, prev, half_life_days),
+            # the last run's time, locked until this run commits (Postgres: the row lock
+            # serialises servers; SQLite: BEGIN IMMEDIATE already does)
+            tx.execute(
+                f"INSERT INTO meta(key, value) VALUES ({p}, '0') ON CONFLICT (key) DO NOTHING",
+                ("decayed_at",),
             )
             rows = tx.fetch(
-                f"SELECT {COLUMNS} FROM records WHERE weight < {d.p} "
+                f"SELECT value FROM meta WHERE key = {p}{d.for_update}", ("decayed_at",)
+            )
+            prev = float(rows[0][0]) if rows else 0.0
+            args = (explicit_floor, now, prev, half_life_days, now, prev, half_life_days)
+            decayed = tx.execute(
+                f"UPDATE records SET weight = {new} WHERE superseded_by IS NULL "
+                f"AND {new} < weight * (1.0 - 1e-4)",
+                (*args, *args),
+            )
+            tx.execute(
+                f"INSERT INTO meta(key, value) VALUES ({p}, {p}) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                ("decayed_at", repr(now)),
+            )
+            rows = tx.fetch(
+                f"SELECT {COLUMNS} FROM records WHERE weight < {p} "
                 "AND source != 'user_explicit' AND superseded_by IS NULL",
                 (prune_below,),
             )
-        self.set_meta("decayed_at", repr(now))
         return decayed, [row_to_record(r) for r in rows]
 
     def set_vectors(self, pairs: Sequence[tuple[int, Vectors]]) -> None:

@@ -168,7 +168,9 @@ async def test_dont_forget_stores_and_deletes_nothing(store: AsyncMemoryStore) -
         Turn(user_message="Don't forget my dentist appointment is on Friday at 3pm"),
         user_id="u1",
     )
-    assert [r.action for r in res] == ["stored"]
+    # stored, replacing Monday's time by the store's supersede rule - now reported as such
+    # (issue #44: write-back used to say "stored"); superseding deletes nothing
+    assert [(r.action, r.superseded) for r in res] == [("superseded", keep)]
     texts = {r.text for r in await store.list(user_id="u1", include_superseded=True)}
     assert "My dentist appointment is on Friday at 3pm" in texts
     assert (await store.get(keep, user_id="u1")).id == keep  # nothing was deleted

@@ -206,4 +206,5 @@ def test_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert r.exit_code == 1 and "error" in r.output
     assert "deleted 2" in ok("forget", new, "-u", "alice")
     assert "deleted 1" in ok("forget", "-u", "alice", "--match", "prefers short answers")
-    assert json.loads(ok("stats"))["records"] == 0
+    stats = json.loads(ok("stats"))  # forgotten records stay as tombstones (issue #44)
+    assert (stats["active"], stats["forgotten"], stats["records"]) == (0, 3, 3)

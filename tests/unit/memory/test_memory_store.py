@@ -70,8 +70,8 @@ async def test_forget_reaches_ledger_and_index(store: AsyncMemoryStore) -> None:
     assert len(store.index) == 1
     rec = await store.recall("what is my bank called", user_id="u1", threshold=-10)
     assert all(c.id == keep for c in rec.candidates)
-    with pytest.raises(NotFoundError):
-        await store.history(b, user_id="u1")
+    # a tombstone keeps the chain (issue #44): history shows it, without the text
+    assert [r.text for r in await store.history(b, user_id="u1")] == ["[forgotten]"] * 2
 
 
 async def test_forget_other_users_record_is_refused(store: AsyncMemoryStore) -> None:
