@@ -3,6 +3,7 @@ pod specs inside them (Deployments, StatefulSets, Jobs, ...)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -83,3 +84,12 @@ def container_env(docs: list[Doc], c: Doc) -> dict[str, str]:
         else:
             env[e["name"]] = "<secret>"
     return env
+
+
+def expanded_command(docs: list[Doc], c: Doc) -> str:
+    """A container's command and args as the kubelet runs them: ``$(VAR)`` from its env."""
+    env = container_env(docs, c)
+    words = [*c.get("command", []), *c.get("args", [])]
+    return " ".join(
+        re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), w) for w in words
+    )
