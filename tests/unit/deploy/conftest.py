@@ -20,6 +20,13 @@ OVERLAYS = sorted(p for p in (K8S / "overlays").iterdir() if (p / "kustomization
 # The overlays that ship the monitoring component (cpu-offline runs without Prometheus).
 MONITORED = [o for o in OVERLAYS if "/monitoring" in (o / "kustomization.yaml").read_text()]
 GPU_OVERLAYS = [o for o in OVERLAYS if o.name != "cpu-offline"]
+# GPU overlays whose engines share one ReadWriteMany weights volume (the others keep a copy
+# per engine: components/model-weights-per-engine).
+SHARED_WEIGHTS = [
+    o
+    for o in GPU_OVERLAYS
+    if "model-weights-per-engine" not in (o / "kustomization.yaml").read_text()
+]
 KUSTOMIZATIONS = [
     *OVERLAYS,
     K8S / "agent-memory",

@@ -24,6 +24,7 @@ from tests.unit.deploy.conftest import (
     KUSTOMIZATIONS,
     OVERLAYS,
     ROOT,
+    SHARED_WEIGHTS,
     Doc,
     by_kind,
     container_env,
@@ -266,7 +267,7 @@ def test_engines_fit_the_gpu_nodes_they_are_pinned_to(
 MARKER = ".loopstack-complete"
 
 
-@pytest.mark.parametrize("overlay", GPU_OVERLAYS, ids=lambda p: p.name)
+@pytest.mark.parametrize("overlay", SHARED_WEIGHTS, ids=lambda p: p.name)
 def test_weights_come_from_a_shared_read_only_volume_offline(
     rendered: dict[str, list[Doc]], overlay: Path
 ) -> None:

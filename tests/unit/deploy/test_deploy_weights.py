@@ -20,8 +20,8 @@ import yaml
 
 from tests.unit.deploy.conftest import (
     DEPLOY,
-    GPU_OVERLAYS,
     ROOT,
+    SHARED_WEIGHTS,
     Doc,
     by_kind,
     container_env,
@@ -29,7 +29,8 @@ from tests.unit.deploy.conftest import (
 )
 
 SEVEN_B = "deploy/k8s/overlays/qwen2.5-7b"
-WEIGHTED = [*(str(o.relative_to(ROOT)) for o in GPU_OVERLAYS), "deploy/helm/loopstack-layer"]
+WEIGHTED = [*(str(o.relative_to(ROOT)) for o in SHARED_WEIGHTS), "deploy/helm/loopstack-layer"]
+PER_ENGINE = "deploy/k8s/overlays/qwen2.5-7b-rwo"
 MARKER = ".loopstack-complete"
 UID = 10001
 
@@ -158,22 +159,28 @@ def snapshot_download(repo, revision=None, local_dir=None, allow_patterns=None):
     assert not (d / ".loopstack-complete").exists(), "marker still there during the download"
     with open(os.environ["FAKE_HUB_LOG"], "a") as log:
         log.write(f"{repo}@{revision}\\n")
+    with open(os.environ["FAKE_HUB_LOG"] + ".patterns", "w") as log:
+        log.write(" ".join(allow_patterns))
     (d / "config.json").write_text("{}")
 """
 
 
-def run_fetch(docs: list[Doc], volume: Path, shared: Path) -> subprocess.CompletedProcess[str]:
-    """The Job's container command, as uid 10001, against a stand-in volume at MODEL_DIR."""
-    job = fetch_job(docs)
-    c = job["spec"]["template"]["spec"]["containers"][0]
+def run_fetch(
+    docs: list[Doc], volume: Path, shared: Path, c: Doc | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The Job's container command (or another fetching container's), as uid 10001, against
+    a stand-in volume at MODEL_DIR."""
+    if c is None:
+        c = fetch_job(docs)["spec"]["template"]["spec"]["containers"][0]
     env = container_env(docs, c)
-    assert c["command"] == ["python3", "-c", "$(FETCH_SCRIPT)"]
+    assert c["command"][1:] == ["-c", "$(FETCH_SCRIPT)"]
     fake = shared / "fake"
     fake.mkdir(exist_ok=True)
     (fake / "huggingface_hub.py").write_text(FAKE_HUB)
     log = shared / "downloads.log"
-    log.touch()
-    log.chmod(0o666)
+    for f in (log, log.with_name(log.name + ".patterns")):
+        f.touch()
+        f.chmod(0o666)
     model_dir = volume / env["MODEL_DIR"].removeprefix("/models/")
     env.update(MODEL_DIR=str(model_dir), PYTHONPATH=str(fake), FAKE_HUB_LOG=str(log),
                PATH=os.environ["PATH"])  # fmt: skip
@@ -262,3 +269,65 @@ def test_each_storage_component_sets_its_class(tmp_path: Path, component: str, c
     )
     claim = by_kind(docs, "PersistentVolumeClaim", "model-weights")
     assert claim["spec"]["storageClassName"] == cls
+
+
+# ------------------------------------- the per-engine copies (ReadWriteOnce classes only)
+def init_container(docs: list[Doc], kind: str, name: str, init: str) -> Doc:
+    spec = by_kind(docs, kind, name)["spec"]["template"]["spec"]
+    found: Doc = next(c for c in spec["initContainers"] if c["name"] == init)
+    return found
+
+
+def test_per_engine_weights_need_no_shared_volume(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered[PER_ENGINE]
+    kinds = {(d["kind"], d["metadata"]["name"].split("-")[0]) for d in docs}
+    assert ("Job", "model") not in kinds and not [
+        d for d in docs if d["kind"] == "PersistentVolumeClaim"
+    ]
+    sts = by_kind(docs, "StatefulSet", "vllm")
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "weights"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert "storageClassName" not in claim["spec"]  # the cluster's default (EBS, PD, Azure Disk)
+    spec = sts["spec"]["template"]["spec"]
+    assert "weights" not in {v["name"] for v in spec["volumes"]}
+    engine = spec["containers"][0]
+    assert {"name": "weights", "mountPath": "/models", "readOnly": True} in engine["volumeMounts"]
+    env = container_env(docs, engine)
+    assert env["HF_HUB_OFFLINE"] == "1" and env["MODEL"].startswith("/models/")
+    layer = by_kind(docs, "Deployment", "loopstack")["spec"]["template"]["spec"]
+    assert {"name": "weights", "emptyDir": {"sizeLimit": "1Gi"}} in layer["volumes"]
+    fetch = init_container(docs, "Deployment", "loopstack", "fetch-tokenizer")
+    assert container_env(docs, fetch)["FETCH_TOKENIZER_ONLY"] == "1"
+
+
+@needs_root
+def test_each_engine_fetches_its_copy_and_the_layer_its_tokenizer(
+    rendered: dict[str, list[Doc]], shared: Path
+) -> None:
+    docs = rendered[PER_ENGINE]
+    volume = shared / "volume"
+    volume.mkdir()
+    shutil.chown(volume, UID, UID)  # a block volume: the kubelet applies fsGroup
+    engine = init_container(docs, "StatefulSet", "vllm", "fetch-weights")
+    out = run_fetch(docs, volume, shared, engine)
+    assert out.returncode == 0, out.stderr
+    assert (volume / "Qwen/Qwen2.5-7B-Instruct" / MARKER).is_file()
+    assert "*.safetensors" in (shared / "downloads.log.patterns").read_text()
+    layer = init_container(docs, "Deployment", "loopstack", "fetch-tokenizer")
+    (volume / "Qwen/Qwen2.5-7B-Instruct" / MARKER).unlink()
+    out = run_fetch(docs, volume, shared, layer)
+    assert out.returncode == 0, out.stderr
+    assert "*.safetensors" not in (shared / "downloads.log.patterns").read_text()
+
+
+def test_per_engine_pods_may_fetch_and_nothing_else_may(rendered: dict[str, list[Doc]]) -> None:
+    from tests.unit.deploy.test_deploy_security import INTERNET, STRANGER, allowed, pods_of
+
+    docs = rendered[PER_ENGINE]
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    pods = pods_of(docs)
+    for fetching in ("vllm", "loopstack"):
+        assert allowed(policies, pods[fetching], INTERNET, 443), fetching
+        assert not allowed(policies, pods[fetching], INTERNET, 80), fetching
+    assert not allowed(policies, STRANGER, pods["vllm"], 8000)

@@ -34,7 +34,9 @@ done.unlink(missing_ok=True)  # another model or revision was here: not complete
 
 from huggingface_hub import snapshot_download  # noqa: E402 - after the checks, which need none
 
-snapshot_download(repo, revision=rev, local_dir=target, allow_patterns=[
-    "*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"])
+patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
+if os.environ.get("FETCH_TOKENIZER_ONLY") == "1":  # the layer: tokenizer and configs only
+    patterns.remove("*.safetensors")
+snapshot_download(repo, revision=rev, local_dir=target, allow_patterns=patterns)
 done.write_text(key + "\n")
 print(f"{target}: {key} complete")
