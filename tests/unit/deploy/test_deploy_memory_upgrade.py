@@ -401,6 +401,9 @@ def test_a_cluster_left_without_a_superuser_is_named_and_recovered_as_it_says(
     16+ refuses to demote the bootstrap role)."""
     v = old_layout(volume_root)
     asyncio.run(write_memories(v.tcp("loopstack", APP_PW), tmp_path, allow_no_rls=True))
+    (version,) = v.query("SHOW server_version_num", user="loopstack")
+    if int(version[0]) >= 160000:
+        pytest.skip("PostgreSQL 16+ refuses to demote the bootstrap role: no such volume")
     v.psql_file(
         "loopstack", INIT_SQL, {"MEMORY_APP_USER": "loopstack", "MEMORY_APP_PASSWORD": APP_PW}
     )
