@@ -3,6 +3,7 @@ pod specs inside them (Deployments, StatefulSets, Jobs, ...)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -19,6 +20,13 @@ OVERLAYS = sorted(p for p in (K8S / "overlays").iterdir() if (p / "kustomization
 # The overlays that ship the monitoring component (cpu-offline runs without Prometheus).
 MONITORED = [o for o in OVERLAYS if "/monitoring" in (o / "kustomization.yaml").read_text()]
 GPU_OVERLAYS = [o for o in OVERLAYS if o.name != "cpu-offline"]
+# GPU overlays whose engines share one ReadWriteMany weights volume (the others keep a copy
+# per engine: components/model-weights-per-engine).
+SHARED_WEIGHTS = [
+    o
+    for o in GPU_OVERLAYS
+    if "model-weights-per-engine" not in (o / "kustomization.yaml").read_text()
+]
 KUSTOMIZATIONS = [
     *OVERLAYS,
     K8S / "agent-memory",
@@ -83,3 +91,12 @@ def container_env(docs: list[Doc], c: Doc) -> dict[str, str]:
         else:
             env[e["name"]] = "<secret>"
     return env
+
+
+def expanded_command(docs: list[Doc], c: Doc) -> str:
+    """A container's command and args as the kubelet runs them: ``$(VAR)`` from its env."""
+    env = container_env(docs, c)
+    words = [*c.get("command", []), *c.get("args", [])]
+    return " ".join(
+        re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), w) for w in words
+    )

@@ -254,7 +254,11 @@ def pods_of(docs: list[Doc]) -> dict[str, Pod]:
             if "name" in p
         }  # fmt: skip
         labels = workload["spec"]["template"]["metadata"]["labels"]
-        out[where.split("/")[1]] = Pod(labels, ports=ports.items())
+        # a Job's name carries its content hash (model-fetch-<hash>): its pods' name label
+        name = (
+            labels["app.kubernetes.io/name"] if workload["kind"] == "Job" else where.split("/")[1]
+        )
+        out[name] = Pod(labels, ports=ports.items())
     return out
 
 

@@ -7,8 +7,9 @@
 -- empty data directory only) as the admin POSTGRES_USER, connected to POSTGRES_DB, with:
 --   MEMORY_APP_USER      the role the workers log in as (LOOPSTACK_MEMORY_URL's user)
 --   MEMORY_APP_PASSWORD  its password (a Secret of its own, never the admin's)
--- On a data directory made before this file existed, run it by hand as the admin:
---   MEMORY_APP_USER=loopstack MEMORY_APP_PASSWORD=... psql -v ON_ERROR_STOP=1 -U postgres -d loopstack -f 10-app-role.sql
+-- A data directory made before this file existed (POSTGRES_USER=loopstack: the app role is
+-- the bootstrap superuser and no `postgres` role exists) is NOT fixed by running this file:
+-- ../upgrade/memory-roles.sh brings it to this layout (docs/deploy.md, section 9).
 \getenv app_user MEMORY_APP_USER
 \getenv app_password MEMORY_APP_PASSWORD
 \if :{?app_user}
