@@ -21,7 +21,6 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,8 @@ from agent.cost import Cost
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
 from agent.loop import Agent
-from agent.mcp import MCPServerSpec, MCPToolServer
+from agent.mcp import MCPToolServer
+from agent.mcp_config import server_spec
 from agent.selection import ToolSelection
 from agent.settings import (
     AgentConfig,
@@ -63,6 +63,18 @@ _EMBEDDING_HINTS = ("minilm", "embed", "bge-", "e5-", "gte-")
 
 TOOLS_OPT = typer.Option(None, "--tools", help="Python file: its typed, documented functions.")
 MCP_OPT = typer.Option(None, "--mcp", help='MCP server command, e.g. "uvx mcp-server-time".')
+MCP_ENV_OPT = typer.Option(
+    None,
+    "--mcp-env",
+    help="[SERVER:]KEY=VALUE for the --mcp servers (${VAR} from the host), or KEY alone to "
+    "pass the host's KEY; repeatable. Nothing else of the host environment is passed.",
+)
+MCP_HEADER_OPT = typer.Option(
+    None,
+    "--mcp-header",
+    help="[SERVER:]Name=Value sent to streamable-HTTP --mcp servers, e.g. "
+    "'Authorization=Bearer ${TOKEN}' (${VAR} from the host); repeatable.",
+)
 ALLOW_OPT = typer.Option(None, "--allow", help="Only these tools (repeatable).")
 MEMORY_TOOLS_OPT = typer.Option(
     False, "--memory-tools", help="Also offer recall_memory/save_memory as tools."
@@ -87,6 +99,8 @@ async def build_agent(
     mcp: list[str],
     user: str,
     memory: bool,
+    mcp_env: list[str] | None = None,
+    mcp_headers: list[str] | None = None,
     memory_tools: bool = False,
     base_url: str | None,
     model: str | None,
@@ -114,8 +128,12 @@ async def build_agent(
         # Mounted tool lists are added here; each server stays up until the stack closes.
         limits = settings.limits(**overrides)
         for text in mcp:  # calls time out with the run's tool timeout; startup gets >= 30 s
-            spec = MCPServerSpec.parse(text, timeout_s=limits.tool_timeout_s)
-            spec = replace(spec, startup_timeout_s=max(30.0, limits.tool_timeout_s))
+            spec = server_spec(
+                text,
+                timeout_s=limits.tool_timeout_s,
+                env=mcp_env or (),
+                headers=mcp_headers or (),
+            )
             server = await stack.enter_async_context(MCPToolServer(spec))
             registry.add_all(server.tools, group=f"mcp:{spec.name}")
         link = None
@@ -228,6 +246,8 @@ def run(
         None, "--team", help="Team file (YAML): workers the agent hands sub-tasks to."
     ),
     mcp: list[str] = MCP_OPT,
+    mcp_env: list[str] = MCP_ENV_OPT,
+    mcp_header: list[str] = MCP_HEADER_OPT,
     user: str = typer.Option("default", "--user", help="Memory is kept per user."),
     max_steps: int | None = typer.Option(None, "--max-steps", min=1),
     max_tool_calls: int | None = typer.Option(None, "--max-tool-calls", min=0),
@@ -257,6 +277,8 @@ def run(
         async with build_agent(
             tools=tools or [],
             mcp=mcp or [],
+            mcp_env=mcp_env or [],
+            mcp_headers=mcp_header or [],
             user=user,
             memory=memory,
             memory_tools=memory_tools,
@@ -313,6 +335,8 @@ def _echo_step(step: Any) -> None:
 def chat(
     tools: list[Path] = TOOLS_OPT,
     mcp: list[str] = MCP_OPT,
+    mcp_env: list[str] = MCP_ENV_OPT,
+    mcp_header: list[str] = MCP_HEADER_OPT,
     user: str = typer.Option("default", "--user"),
     base_url: str | None = typer.Option(None, "--base-url"),
     model: str | None = typer.Option(None, "--model"),
@@ -328,6 +352,8 @@ def chat(
         async with build_agent(
             tools=tools or [],
             mcp=mcp or [],
+            mcp_env=mcp_env or [],
+            mcp_headers=mcp_header or [],
             user=user,
             memory=memory,
             memory_tools=memory_tools,
