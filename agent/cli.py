@@ -5,6 +5,10 @@
                                [--base-url URL] [--json]
     loopstack agent chat --tools FILE.py
     loopstack agent trace show RUN
+    loopstack agent explain RUN                      (input, memory block, recall's choices)
+
+Exit codes of ``run``: 0 done, 3 max_steps, 4 budget, 5 error, 2 bad arguments
+(agent.handoff); ``--on-unfinished CMD`` / ``--handoff-url URL`` hand an unfinished run on.
 
 Endpoint: ``--base-url``, else ``LOOPSTACK_BASE_URL``, else ``OPENAI_BASE_URL``, else
 ``http://127.0.0.1:8000/v1``; key ``LOOPSTACK_API_KEY`` or ``OPENAI_API_KEY``; model: the
@@ -32,9 +36,11 @@ from agent import examples
 from agent.cost import Cost
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
+from agent.handoff import CONFIG_ERROR, Handoff, exit_code
 from agent.loop import Agent
 from agent.mcp import MCPToolServer
 from agent.mcp_config import server_spec
+from agent.retry import parse_retry
 from agent.selection import ToolSelection
 from agent.settings import (
     AgentConfig,
@@ -101,6 +107,7 @@ async def build_agent(
     memory: bool,
     mcp_env: list[str] | None = None,
     mcp_headers: list[str] | None = None,
+    retries: list[str] | None = None,
     memory_tools: bool = False,
     base_url: str | None,
     model: str | None,
@@ -136,6 +143,7 @@ async def build_agent(
             )
             server = await stack.enter_async_context(MCPToolServer(spec))
             registry.add_all(server.tools, group=f"mcp:{spec.name}")
+        registry.retry.update(parse_retry(retries or []))
         link = None
         if memory:
             from agent.longterm import StoreMemory, open_store
@@ -260,10 +268,27 @@ def run(
     approve: bool = typer.Option(False, "--approve", help="Allow dangerous tools."),
     memory: bool = typer.Option(True, "--memory/--no-memory"),
     memory_tools: bool = MEMORY_TOOLS_OPT,
+    retry: list[str] = typer.Option(
+        None,
+        "--retry",
+        help="NAME=ATTEMPTS: retry this tool (or fnmatch pattern) on timeouts, connection "
+        "and 5xx errors, with backoff; repeatable.",
+    ),
+    on_unfinished: str | None = typer.Option(
+        None,
+        "--on-unfinished",
+        help="Command run with the run's summary JSON on stdin when it ends without finishing.",
+    ),
+    handoff_url: str | None = typer.Option(
+        None,
+        "--handoff-url",
+        help="Local webhook (localhost only) POSTed the summary JSON of an unfinished run.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on the last line."),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
-    """Run one goal to a final answer."""
+    """Run one goal to a final answer. Exit code: 0 done, 3 max_steps, 4 budget, 5 error,
+    2 bad arguments (docs/agent.md)."""
     _setup_logging(verbose)
     overrides = {
         "max_steps": max_steps,
@@ -274,6 +299,7 @@ def run(
     }
 
     async def go() -> RunResult:
+        handoff = Handoff(on_unfinished, handoff_url)
         async with build_agent(
             tools=tools or [],
             mcp=mcp or [],
@@ -289,8 +315,12 @@ def run(
             overrides=overrides,
             plan=plan.value if plan is not None else None,
             team=team,
+            retries=retry or [],
         ) as agent:
-            return await agent.run(goal, on_step=None if as_json else _echo_step)
+            result = await agent.run(goal, on_step=None if as_json else _echo_step)
+        summary = {"goal": goal, **result.to_json()}
+        await handoff(summary)
+        return result
 
     try:
         result = asyncio.run(go())
@@ -303,7 +333,7 @@ def run(
             typer.echo(json.dumps(out))
         else:
             typer.echo(f"error: {message}", err=True)
-        raise typer.Exit(2) from exc
+        raise typer.Exit(CONFIG_ERROR) from exc
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False, default=str))
     else:
@@ -316,6 +346,7 @@ def run(
             f"({c.cached_prompt_tokens} cached), {c.wall_s:.1f} s; trace: {result.trace_path}]",
             err=True,
         )
+    raise typer.Exit(exit_code(result.status))
 
 
 def _echo_step(step: Any) -> None:
@@ -403,6 +434,28 @@ def trace_show(run: str = typer.Argument(..., help="Run id (a prefix is enough) 
     except FileNotFoundError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from exc
+
+
+@app.command("explain")
+def explain_cmd(
+    run: str = typer.Argument(..., help="Trace file, or run id (a prefix is enough)."),
+    as_json: bool = typer.Option(False, "--json", help="The start record(s) as JSON."),
+) -> None:
+    """What the run was given: its input, the memory block as injected, and which recalled
+    records were kept or dropped, with each one's score and the reason."""
+    from agent.explain import render
+    from agent.trace import load_trace
+
+    try:
+        lines = load_trace(run)
+    except (FileNotFoundError, json.JSONDecodeError) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    if as_json:
+        starts = [x for x in lines if x.get("type") == "start"]
+        typer.echo(json.dumps(starts, ensure_ascii=False, indent=2))
+    else:
+        typer.echo(render(lines))
 
 
 if __name__ == "__main__":
