@@ -288,7 +288,7 @@ def run(
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
     """Run one goal to a final answer. Exit code: 0 done, 3 max_steps, 4 budget, 5 error,
-    2 bad arguments (docs/agent.md)."""
+    2 bad arguments (README: Exit codes and hand-off)."""
     _setup_logging(verbose)
     overrides = {
         "max_steps": max_steps,
