@@ -232,7 +232,9 @@ class MCPToolServer:
                 "mcp server %s lists no tools (missing environment or auth? see --mcp-env, "
                 "--mcp-header)%s",
                 self.spec.name,
-                f"; its stderr: {tail}" if tail else "; it wrote nothing to stderr",
+                f"; its stderr: {tail}"
+                if tail
+                else ("" if self.spec.url else "; it wrote nothing to stderr"),
             )
         return self
 
