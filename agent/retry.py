@@ -2,7 +2,8 @@
 
 A tool's failure is *transient* when trying again may well succeed: it timed out, its
 connection failed (``ConnectionError``, a refused or reset socket, an HTTP client's connect or
-read error), or it reported a server-side error (an HTTP 5xx: 500, 502, 503, 504). Anything
+read error), or it reported a server-side error (an HTTP 5xx: 500, 502, 503, 504). An MCP
+server that died is not retried: its connection does not come back within the run. Anything
 else (bad arguments, not allowed, denied, a 4xx, the tool's own exception) goes back to the
 model at once, as before.
 
@@ -84,14 +85,12 @@ def transient_kind(result: ToolResult) -> Transient | None:
         return "timeout"
     if kind not in ("tool_error", "server_error"):
         return None  # invalid arguments, not allowed, denied, team limits: never transient
+    if kind == "server_error":
+        if message.startswith("MCP server "):
+            return None  # the server process is gone or broken: another call cannot help
+        message = message.split(": ", 1)[-1]  # "MCP shop/lookup: <what the tool said>"
     if _CONNECTION.match(message):
         return "connection"
-    if kind == "server_error" and message.startswith("MCP ") and ": " in message:
-        # the MCP server is gone (crashed, closed) or reported a 5xx from behind it
-        detail = message.split(": ", 1)[1]
-        if _SERVER.search(detail) or detail.startswith(("connection", "invalid message")):
-            return "server"
-        return "connection" if _CONNECTION.match(detail) else None
     return "server" if _SERVER.search(message) else None
 
 

@@ -135,3 +135,26 @@ async def test_http_headers_carry_a_bearer_token_from_the_environment(
             "order_id": "A1",
             "status": "shipped",
         }
+
+
+async def test_a_team_file_entry_gives_its_server_its_env(tmp_path: Path) -> None:
+    from contextlib import AsyncExitStack
+
+    from agent.settings import Limits
+    from agent.team import load_team, mount_team
+
+    team = tmp_path / "team.yaml"
+    team.write_text(
+        "workers:\n"
+        "  - name: shop\n"
+        "    description: Looks orders up.\n"
+        "    mcp:\n"
+        f"      - command: {sys.executable} {KEYED} stdio\n"
+        "        name: keyed\n"
+        "        env: ['FIXTURE_API_KEY=${MY_SHOP_KEY}', FIXTURE_REGION]\n"
+    )
+    async with AsyncExitStack() as stack:
+        workers = await mount_team(load_team(team), tmp_path, stack, Limits())
+        tool = workers[0].tools.get("keyed__whoami")
+        seen = await tool.call({})
+    assert seen["sees"] == ["FIXTURE_API_KEY", "FIXTURE_REGION"]
