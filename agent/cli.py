@@ -1,7 +1,8 @@
 """``loopstack agent``: run a goal, chat, and show traces.
 
     loopstack agent run "GOAL" [--tools FILE.py] [--plan auto|always|never] [--team team.yaml]
-                               [--mcp "CMD ARGS"]... [--user ID] [--max-steps N]
+                               [--mcp "CMD ARGS"]... [--mcp-env K=V]... [--mcp-header H=V]...
+                               [--retry NAME=N]... [--user ID] [--max-steps N]
                                [--base-url URL] [--json]
     loopstack agent chat --tools FILE.py
     loopstack agent trace show RUN
