@@ -14,13 +14,14 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install clients postgres serve test test-unit test-integration lint format bench bench-serving eval images clean gpu-checks constraints-gpu
+.PHONY: help install clients postgres serve test test-unit test-integration lint format bench bench-serving eval example-cs images clean gpu-checks constraints-gpu
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
 	@echo "make test    - install, lint, then run unit + integration tests (real model)"
 	@echo "make images  - build the images the cluster runs (image-cpu, image-worker; image-gpu apart;"
 	@echo "               REGISTRY=host/team pushes; BASE_IMAGE, PIP_INDEX_URL, TORCH_INDEX_URL, CA)"
+	@echo "make example-cs - the customer-service agent against a running server (CS_LANG=en|zh|all)"
 	@echo "make lint    - ruff + mypy";  echo "make bench   - agent load sweep against a running server (bench-serving: the rest)"
 
 install: $(STAMP)
@@ -131,6 +132,12 @@ bench-serving: install
 EVAL_ARGS ?=
 eval: install
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack bench golden run $(EVAL_ARGS)
+
+# The customer-service example (examples/customer_service) against a running server, scored
+# with its golden checkers; CS_LANG=en|zh|all
+CS_LANG ?= en
+example-cs: install
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m examples.customer_service --lang $(CS_LANG)
 
 # Our images, tagged from the project version. `make images` builds what the Kubernetes
 # manifests run: loopstack:V-cpu (the layer, the weights Job, the cpu-offline engine) and

@@ -1,10 +1,15 @@
 """``loopstack agent``: run a goal, chat, and show traces.
 
     loopstack agent run "GOAL" [--tools FILE.py] [--plan auto|always|never] [--team team.yaml]
-                               [--mcp "CMD ARGS"]... [--user ID] [--max-steps N]
+                               [--mcp "CMD ARGS"]... [--mcp-env K=V]... [--mcp-header H=V]...
+                               [--retry NAME=N]... [--user ID] [--max-steps N]
                                [--base-url URL] [--json]
     loopstack agent chat --tools FILE.py
     loopstack agent trace show RUN
+    loopstack agent explain RUN                      (input, memory block, recall's choices)
+
+Exit codes of ``run``: 0 done, 3 max_steps, 4 budget, 5 error, 2 bad arguments
+(agent.handoff); ``--on-unfinished CMD`` / ``--handoff-url URL`` hand an unfinished run on.
 
 Endpoint: ``--base-url``, else ``LOOPSTACK_BASE_URL``, else ``OPENAI_BASE_URL``, else
 ``http://127.0.0.1:8000/v1``; key ``LOOPSTACK_API_KEY`` or ``OPENAI_API_KEY``; model: the
@@ -21,7 +26,6 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -33,8 +37,11 @@ from agent import examples
 from agent.cost import Cost
 from agent.exceptions import AgentError, ConfigError
 from agent.guard import ApprovalRequest, Approver, terminal_approver
+from agent.handoff import CONFIG_ERROR, Handoff, exit_code
 from agent.loop import Agent
-from agent.mcp import MCPServerSpec, MCPToolServer
+from agent.mcp import MCPToolServer
+from agent.mcp_config import server_spec
+from agent.retry import parse_retry
 from agent.selection import ToolSelection
 from agent.settings import (
     AgentConfig,
@@ -63,6 +70,18 @@ _EMBEDDING_HINTS = ("minilm", "embed", "bge-", "e5-", "gte-")
 
 TOOLS_OPT = typer.Option(None, "--tools", help="Python file: its typed, documented functions.")
 MCP_OPT = typer.Option(None, "--mcp", help='MCP server command, e.g. "uvx mcp-server-time".')
+MCP_ENV_OPT = typer.Option(
+    None,
+    "--mcp-env",
+    help="[SERVER:]KEY=VALUE for the --mcp servers (${VAR} from the host), or KEY alone to "
+    "pass the host's KEY; repeatable. Nothing else of the host environment is passed.",
+)
+MCP_HEADER_OPT = typer.Option(
+    None,
+    "--mcp-header",
+    help="[SERVER:]Name=Value sent to streamable-HTTP --mcp servers, e.g. "
+    "'Authorization=Bearer ${TOKEN}' (${VAR} from the host); repeatable.",
+)
 ALLOW_OPT = typer.Option(None, "--allow", help="Only these tools (repeatable).")
 MEMORY_TOOLS_OPT = typer.Option(
     False, "--memory-tools", help="Also offer recall_memory/save_memory as tools."
@@ -87,6 +106,9 @@ async def build_agent(
     mcp: list[str],
     user: str,
     memory: bool,
+    mcp_env: list[str] | None = None,
+    mcp_headers: list[str] | None = None,
+    retries: list[str] | None = None,
     memory_tools: bool = False,
     base_url: str | None,
     model: str | None,
@@ -114,10 +136,15 @@ async def build_agent(
         # Mounted tool lists are added here; each server stays up until the stack closes.
         limits = settings.limits(**overrides)
         for text in mcp:  # calls time out with the run's tool timeout; startup gets >= 30 s
-            spec = MCPServerSpec.parse(text, timeout_s=limits.tool_timeout_s)
-            spec = replace(spec, startup_timeout_s=max(30.0, limits.tool_timeout_s))
+            spec = server_spec(
+                text,
+                timeout_s=limits.tool_timeout_s,
+                env=mcp_env or (),
+                headers=mcp_headers or (),
+            )
             server = await stack.enter_async_context(MCPToolServer(spec))
             registry.add_all(server.tools, group=f"mcp:{spec.name}")
+        registry.retry.update(parse_retry(retries or []))
         link = None
         if memory:
             from agent.longterm import StoreMemory, open_store
@@ -228,6 +255,8 @@ def run(
         None, "--team", help="Team file (YAML): workers the agent hands sub-tasks to."
     ),
     mcp: list[str] = MCP_OPT,
+    mcp_env: list[str] = MCP_ENV_OPT,
+    mcp_header: list[str] = MCP_HEADER_OPT,
     user: str = typer.Option("default", "--user", help="Memory is kept per user."),
     max_steps: int | None = typer.Option(None, "--max-steps", min=1),
     max_tool_calls: int | None = typer.Option(None, "--max-tool-calls", min=0),
@@ -240,10 +269,27 @@ def run(
     approve: bool = typer.Option(False, "--approve", help="Allow dangerous tools."),
     memory: bool = typer.Option(True, "--memory/--no-memory"),
     memory_tools: bool = MEMORY_TOOLS_OPT,
+    retry: list[str] = typer.Option(
+        None,
+        "--retry",
+        help="NAME=ATTEMPTS: retry this tool (or fnmatch pattern) on timeouts, connection "
+        "and 5xx errors, with backoff; repeatable.",
+    ),
+    on_unfinished: str | None = typer.Option(
+        None,
+        "--on-unfinished",
+        help="Command run with the run's summary JSON on stdin when it ends without finishing.",
+    ),
+    handoff_url: str | None = typer.Option(
+        None,
+        "--handoff-url",
+        help="Local webhook (localhost only) POSTed the summary JSON of an unfinished run.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on the last line."),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
-    """Run one goal to a final answer."""
+    """Run one goal to a final answer. Exit code: 0 done, 3 max_steps, 4 budget, 5 error,
+    2 bad arguments (README: Exit codes and hand-off)."""
     _setup_logging(verbose)
     overrides = {
         "max_steps": max_steps,
@@ -254,9 +300,12 @@ def run(
     }
 
     async def go() -> RunResult:
+        handoff = Handoff(on_unfinished, handoff_url)
         async with build_agent(
             tools=tools or [],
             mcp=mcp or [],
+            mcp_env=mcp_env or [],
+            mcp_headers=mcp_header or [],
             user=user,
             memory=memory,
             memory_tools=memory_tools,
@@ -267,8 +316,12 @@ def run(
             overrides=overrides,
             plan=plan.value if plan is not None else None,
             team=team,
+            retries=retry or [],
         ) as agent:
-            return await agent.run(goal, on_step=None if as_json else _echo_step)
+            result = await agent.run(goal, on_step=None if as_json else _echo_step)
+        summary = {"goal": goal, **result.to_json()}
+        await handoff(summary)
+        return result
 
     try:
         result = asyncio.run(go())
@@ -281,7 +334,7 @@ def run(
             typer.echo(json.dumps(out))
         else:
             typer.echo(f"error: {message}", err=True)
-        raise typer.Exit(2) from exc
+        raise typer.Exit(CONFIG_ERROR) from exc
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False, default=str))
     else:
@@ -294,6 +347,7 @@ def run(
             f"({c.cached_prompt_tokens} cached), {c.wall_s:.1f} s; trace: {result.trace_path}]",
             err=True,
         )
+    raise typer.Exit(exit_code(result.status))
 
 
 def _echo_step(step: Any) -> None:
@@ -313,6 +367,8 @@ def _echo_step(step: Any) -> None:
 def chat(
     tools: list[Path] = TOOLS_OPT,
     mcp: list[str] = MCP_OPT,
+    mcp_env: list[str] = MCP_ENV_OPT,
+    mcp_header: list[str] = MCP_HEADER_OPT,
     user: str = typer.Option("default", "--user"),
     base_url: str | None = typer.Option(None, "--base-url"),
     model: str | None = typer.Option(None, "--model"),
@@ -328,6 +384,8 @@ def chat(
         async with build_agent(
             tools=tools or [],
             mcp=mcp or [],
+            mcp_env=mcp_env or [],
+            mcp_headers=mcp_header or [],
             user=user,
             memory=memory,
             memory_tools=memory_tools,
@@ -377,6 +435,28 @@ def trace_show(run: str = typer.Argument(..., help="Run id (a prefix is enough) 
     except FileNotFoundError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from exc
+
+
+@app.command("explain")
+def explain_cmd(
+    run: str = typer.Argument(..., help="Trace file, or run id (a prefix is enough)."),
+    as_json: bool = typer.Option(False, "--json", help="The start record(s) as JSON."),
+) -> None:
+    """What the run was given: its input, the memory block as injected, and which recalled
+    records were kept or dropped, with each one's score and the reason."""
+    from agent.explain import render
+    from agent.trace import load_trace
+
+    try:
+        lines = load_trace(run)
+    except (FileNotFoundError, json.JSONDecodeError) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    if as_json:
+        starts = [x for x in lines if x.get("type") == "start"]
+        typer.echo(json.dumps(starts, ensure_ascii=False, indent=2))
+    else:
+        typer.echo(render(lines))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from memory.records import Turn
+from memory.records import Recall, Turn
 from memory.store import AsyncMemoryStore
 from memory.tools import memory_tools
 
@@ -40,14 +40,17 @@ class StoreMemory:
         self.budget_tokens = budget_tokens  # None: the store's configured default
 
     async def recall(self, query: str) -> str:
-        rec = await self.store.recall(
+        return (await self.recall_explained(query)).block
+
+    async def recall_explained(self, query: str) -> Recall:
+        """The store's `Recall`: the block and every candidate's verdict (agent.explain)."""
+        return await self.store.recall(
             query,
             user_id=self.user_id,
             agent_id=self.agent_id,
             session_id=self.session_id,
             budget_tokens=self.budget_tokens,
         )
-        return rec.block
 
     async def write_back(self, goal: str, answer: str, *, evidence: list[str], done: bool) -> None:
         turn = Turn(

@@ -29,7 +29,7 @@ import openai
 from openai import AsyncOpenAI
 
 from agent import answer as final_answer
-from agent import compaction, grounding
+from agent import compaction, explain, grounding, retry
 from agent import plan as plans
 from agent.context import (
     TokenCounter,
@@ -155,7 +155,8 @@ class Agent:
         )
         self.last_trace_path = tracer.path
         self._states[state.run_id] = state
-        try:
+        try:  # recall, and the trace's start line: input, memory block, recall's choices
+            tracer.record_line(await explain.run_start(self, state))
             async for step in self._loop(state):
                 tracer.record(step)
                 yield step
@@ -181,11 +182,6 @@ class Agent:
         return state
 
     async def _loop(self, state: AgentState) -> AsyncIterator[Step]:
-        if self.memory is not None:
-            try:
-                state.memory_block = await self.memory.recall(state.goal)
-            except Exception as exc:  # memory is a help, never a reason to fail the run
-                logger.warning("memory recall failed: %s", exc)
         seen: dict[str, Observation] = {
             call_signature(o.name, o.arguments): o for o in state.observations
         }
@@ -425,7 +421,13 @@ class Agent:
             timeout = self._remaining(state, floor=0.05)  # a worker agent: its own clock
             if not getattr(self.tools.get(name), "is_agent", False):
                 timeout = min(self.config.limits.tool_timeout_s, timeout)
-            result = await self.tools.execute(name, args, timeout_s=timeout)
+            result = await retry.execute(
+                self.tools,
+                name,
+                args,
+                timeout_s=timeout,
+                deadline_s=self._remaining(state, floor=0),
+            )
         except (ToolNotAllowed, ToolArgumentsError, ToolDenied) as exc:
             result = ToolResult("error", error=error_body(exc))
         return self._observe(state, call, i, args, result, time.perf_counter() - t0)
@@ -492,6 +494,8 @@ class Agent:
             chars=len(content),
             latency_s=latency,
             error_type=(result.error or {}).get("type"),
+            attempts=result.attempts,
+            retried=result.retried,
         )
         obs = Observation(call["id"], name, args, result.status, content, tid, state.step)
         return step, obs, content

@@ -36,6 +36,7 @@ import psutil
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agent.exceptions import ConfigError, ToolServerError, ToolTimeout
 from agent.protocols import Tool
@@ -98,7 +99,8 @@ class MCPServerSpec:
     name: str
     command: list[str] | None = None  # stdio transport
     url: str | None = None  # streamable HTTP transport
-    env: dict[str, str] | None = None
+    env: dict[str, str] | None = None  # stdio: added over the SDK's safe default variables
+    headers: dict[str, str] | None = None  # streamable HTTP: sent with every request
     timeout_s: float = 30.0  # per call, and for startup + list_tools
     startup_timeout_s: float | None = None  # connect + initialize + list_tools; None: timeout_s
 
@@ -115,6 +117,8 @@ class MCPServerSpec:
             raise ConfigError(f"MCP server name {self.name!r}: use 1-32 of [a-zA-Z0-9_-], no '__'")
         if self.timeout_s <= 0 or self.startup_s <= 0:
             raise ConfigError("MCP timeout_s must be positive")
+        if self.headers and self.url is None:
+            raise ConfigError(f"MCP server {self.name}: headers need a URL (streamable HTTP)")
 
     @classmethod
     def parse(cls, text: str, *, timeout_s: float = 30.0) -> MCPServerSpec:
@@ -220,7 +224,18 @@ class MCPToolServer:
             await self._shutdown()
             raise
         self._tools = self._wrap(listed)
-        logger.info("mcp server %s: %d tools", self.spec.name, len(self._tools))
+        if self._tools:
+            logger.info("mcp server %s: %d tools", self.spec.name, len(self._tools))
+        else:  # most often a missing key or config variable: say so, with what it said
+            tail = self._stderr_tail()
+            logger.warning(
+                "mcp server %s lists no tools (missing environment or auth? see --mcp-env, "
+                "--mcp-header)%s",
+                self.spec.name,
+                f"; its stderr: {tail}"
+                if tail
+                else ("" if self.spec.url else "; it wrote nothing to stderr"),
+            )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -293,6 +308,8 @@ class MCPToolServer:
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         spec = self.spec
         if spec.url is not None:
+            if spec.headers:
+                return _http_with_headers(spec.url, spec.headers)
             return streamable_http_client(spec.url)
         assert spec.command is not None
         command = _resolve(spec.command[0])
@@ -418,6 +435,16 @@ class MCPToolServer:
         if self._stderr is not None:
             with contextlib.suppress(OSError):
                 self._stderr.close()
+
+
+@contextlib.asynccontextmanager
+async def _http_with_headers(url: str, headers: dict[str, str]) -> Any:
+    """The SDK's streamable-HTTP transport over a client that sends ``headers`` (auth)."""
+    async with (
+        create_mcp_http_client(headers=headers) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
 
 
 @contextlib.asynccontextmanager

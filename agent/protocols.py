@@ -34,6 +34,8 @@ class ToolResult:
     status: ToolStatus
     data: Any = None
     error: dict[str, Any] | None = None  # {"type": ..., "message": ...}, see error_body
+    attempts: int = 1  # calls made under the tool's retry policy (agent.retry)
+    retried: tuple[str, ...] = ()  # the errors of the attempts that failed before this one
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "data": self.data, "error": self.error}

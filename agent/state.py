@@ -243,6 +243,8 @@ class ToolStep:
     chars: int
     latency_s: float
     error_type: str | None = None
+    attempts: int = 1  # agent.retry: calls made for this one (transient failures retried)
+    retried: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.exceptions import ConfigError, TeamRefused, WorkerFailed
+from agent.mcp_config import MCPEntry
 from agent.protocols import MemoryLink
 from agent.settings import AgentConfig, Limits, PlanMode
 from agent.state import CURRENT_CALL, CURRENT_TURN, AgentState, Lineage, RunResult, ToolStep, Turn
@@ -298,7 +299,7 @@ class WorkerConfig(BaseModel):
     description: str = Field(min_length=1)
     instructions: str = ""
     tools: str | list[str] | None = None
-    mcp: list[str] = Field(default_factory=list)
+    mcp: list[str | MCPEntry] = Field(default_factory=list)  # agent.mcp_config: env, headers
     memory: Literal["none", "own"] = "none"
     plan: Literal["auto", "always", "never"] = "never"
 
@@ -354,7 +355,8 @@ async def mount_team(
     """Workers of a team file: tools files relative to ``base``, MCP servers started in
     ``stack`` (closed with it), limits = ``defaults`` with the worker's overrides.
     ``memory_for(name)`` gives a worker with ``memory: own`` its memory link."""
-    from agent.mcp import MCPServerSpec, MCPToolServer
+    from agent.mcp import MCPToolServer
+    from agent.mcp_config import server_spec
     from agent.tools import load_tools_file
 
     workers = []
@@ -365,11 +367,8 @@ async def mount_team(
         for f in files:
             path = (base / f).resolve()
             registry.add_all(load_tools_file(path), group=path.stem)
-        for text in w.mcp:
-            spec = replace(
-                MCPServerSpec.parse(text, timeout_s=limits.tool_timeout_s),
-                startup_timeout_s=max(30.0, limits.tool_timeout_s),
-            )
+        for entry in w.mcp:
+            spec = server_spec(entry, timeout_s=limits.tool_timeout_s)
             server = await stack.enter_async_context(MCPToolServer(spec))
             registry.add_all(server.tools, group=f"mcp:{spec.name}")
         memory = memory_for(w.name) if (w.memory == "own" and memory_for is not None) else None

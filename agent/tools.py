@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 import jsonschema
 from pydantic import TypeAdapter
@@ -39,6 +39,9 @@ from agent.exceptions import (
     error_body,
 )
 from agent.protocols import Tool, ToolResult
+
+if TYPE_CHECKING:
+    from agent.retry import RetryPolicy
 
 __all__ = [
     "FunctionTool",
@@ -380,6 +383,7 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         self._groups: dict[str, str] = {}
         self._validators: dict[str, Any] = {}
+        self.retry: dict[str, RetryPolicy] = {}  # per tool name or pattern (agent.retry)
         self.max_result_chars = max_result_chars
         self.max_result_items = max_result_items
         for t in tools:
@@ -444,6 +448,7 @@ class ToolRegistry:
         for n in self.names(groups):
             if allowed is None or n in allowed:
                 sub.add(self._tools[n], group=self._groups[n])
+        sub.retry = dict(self.retry)
         return sub
 
     def openai_tools(self, allow: Iterable[str] | None = None) -> list[dict[str, Any]]:

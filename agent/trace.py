@@ -1,7 +1,9 @@
 """Traces: one JSONL file per run at ``$LOOPSTACK_HOME/traces/<run_id>.jsonl``.
 
 Every line has ``run_id, trace_id, step, type, ts, latency_s``; ``type`` is one of
-``model | tool | compaction | final | limit | error | plan``. A worker's lines (agent.team)
+``start | model | tool | compaction | final | limit | error | plan``; the ``start`` line (one
+per run or chat turn, first) holds the input, the memory block and recall's choices
+(agent.explain). A worker's lines (agent.team)
 also carry ``parent_run_id`` and ``parent_trace_id``: the run and the tool-call step that
 handed it the sub-task, so runs form a tree (`show_trace` prints it).
 Model lines add ``prompt_tokens, completion_tokens, decision`` (``tool_calls`` |
@@ -80,9 +82,12 @@ def step_line(run_id: str, step: Step) -> dict[str, Any]:
             "result_summary": step.summary,
             "result_chars": step.chars,
             "call_id": step.call_id,
+            "attempts": step.attempts,
         }
         if step.error_type:
             base["error_type"] = step.error_type
+        if step.retried:
+            base["retried"] = list(step.retried)
     elif isinstance(step, CompactionStep):
         base |= {
             "type": "compaction",
@@ -142,6 +147,17 @@ class Tracer:
 
     def record(self, step: Step) -> dict[str, Any]:
         line = step_line(self.run_id, step) | self.parent
+        if self._file is not None:
+            self._file.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+            self._file.flush()
+        if self._otel is not None:
+            _export_span(self._otel, line)
+        return line
+
+    def record_line(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """A line that is not a step (the run's ``start`` line, agent.explain)."""
+        line = {"run_id": self.run_id, "ts": time.time(), "latency_s": 0.0} | fields
+        line |= self.parent
         if self._file is not None:
             self._file.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
             self._file.flush()
@@ -230,6 +246,11 @@ def _detail(line: dict[str, Any]) -> str:
         return f"{line['reason']}: {line.get('detail', '')}"
     if t == "final":
         return f"{line['status']} ({line['reason']}): {line.get('answer', '')[:200]}"
+    if t == "start":
+        recall = line.get("recall") or {}
+        kept, dropped = len(recall.get("kept", [])), len(recall.get("dropped", []))
+        mem = f"memory: {kept} kept, {dropped} dropped" if recall else f"memory {line['memory']}"
+        return f"input: {str(line.get('input', ''))[:120]}  ({mem}; `agent explain` shows why)"
     return str(line.get("message", ""))
 
 

@@ -28,6 +28,7 @@ from bench.golden import checks as c
 from bench.golden.practice import practice_tasks
 from bench.golden.tasks import HERE, Task, all_tasks
 from bench.golden.tasks_multi import multi_tasks
+from bench.golden.tasks_service import service_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = float(os.environ.get("GOLDEN_RUN_TIMEOUT_S", "900"))  # per CLI session
@@ -66,6 +67,11 @@ class TaskResult:
     arms: dict[str, str] = field(default_factory=dict)  # the answer asked other ways (shadow)
     arm_passed: dict[str, bool] = field(default_factory=dict)  # each judged like the answer
     passed_as_shown: bool = False  # judged with the results the host appended, too
+
+
+def golden_tasks() -> list[Task]:
+    """The golden set: the single-agent tasks and the customer-service agent's."""
+    return [*all_tasks(), *service_tasks()]
 
 
 def parse_last_json(stdout: str) -> dict[str, Any] | None:
@@ -127,6 +133,7 @@ def command(task: Task, goal: str, base_url: str, user: str) -> list[str]:
         cmd += ["--tools", str(HERE / extra)]
     if getattr(task, "team", ""):
         cmd += ["--team", str(HERE / task.team)]  # type: ignore[attr-defined]
+    cmd += list(getattr(task, "args", ()))  # tasks_service: --approve, --mcp-env
     for server in task.mcp:
         cmd += ["--mcp", server]
     cmd += ["--user", user, "--max-steps", str(task.max_steps), "--base-url", base_url, "--json"]
@@ -154,6 +161,14 @@ async def run_cli(cmd: list[str], env: dict[str, str], limit_s: float) -> tuple[
     return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
 
+async def seed_memory(task: Task, user: str, env: dict[str, str]) -> None:
+    """Seed the user's memory in the runs' $LOOPSTACK_HOME (examples.customer_service.seed)."""
+    cmd = [sys.executable, "-m", "examples.customer_service.seed", "--user", user]
+    rc, _, err = await run_cli([*cmd, "--lang", task.seed], env, 300)  # type: ignore[attr-defined]
+    if rc != 0:
+        raise RuntimeError(f"seeding memory for {task.id} failed: {err[-500:]}")
+
+
 async def run_task(
     task: Task, base_url: str, out_dir: Path, api_key: str, tag: str
 ) -> tuple[TaskResult, c.Outcome]:
@@ -171,6 +186,8 @@ async def run_task(
     user = f"golden-{task.id}-{tag}"
     started = time.monotonic()
     earlier: list[c.Outcome] = []
+    if getattr(task, "seed", ""):  # tasks_service: the customer's memory, via the memory API
+        await seed_memory(task, user, env)
     for goal in task.setup:
         rc, out, err = await run_cli(command(task, goal, base_url, user), env, RUN_TIMEOUT_S)
         earlier.append(c.Outcome(parse_last_json(out), rc, err, workdir, task.max_steps))
@@ -406,7 +423,7 @@ def recheck(path: Path) -> list[TaskResult]:
     """Judge a recorded run again with today's checkers (its task folders hold the files and
     side-effect logs the tools left)."""
     os.environ.setdefault("GOLDEN_WORKDIR", str(path / "reference"))
-    tasks = {t.id: t for t in [*all_tasks(), *practice_tasks(), *multi_tasks()]}
+    tasks = {t.id: t for t in [*golden_tasks(), *practice_tasks(), *multi_tasks()]}
     results = [r for r in load(path) if r.id in tasks]
     for r in results:
         check(tasks[r.id], r, path / "tasks" / r.id)
@@ -464,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--api-key", default=os.environ.get("LOOPSTACK_API_KEY", "test-key-123"))
     ap.add_argument("--fast", action="store_true", help="only the fast subset")
-    ap.add_argument("--set", choices=("golden", "practice", "multi"), default="golden")
+    ap.add_argument("--set", choices=("golden", "practice", "multi", "service"), default="golden")
     ap.add_argument(
         "--plan", choices=("auto", "always", "never"), help="LOOPSTACK_AGENT_PLAN for every run"
     )
@@ -489,9 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["GOLDEN_WORKDIR"] = str(out_dir / "reference")  # expected values are computed here
     sets: dict[str, Callable[[], Sequence[Task]]] = {
-        "golden": all_tasks,
+        "golden": golden_tasks,
         "practice": practice_tasks,
         "multi": multi_tasks,
+        "service": service_tasks,
     }
     tasks = list(sets[args.set]())
     if args.plan:

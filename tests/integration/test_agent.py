@@ -39,5 +39,5 @@ def check_contract(out: dict[str, Any], tools: Path) -> None:
     calls = [json.loads(x) for x in tools.with_suffix(".calls").read_text().splitlines()]
     assert any("paris" in c["city"].lower() for c in calls)
     lines = out["trace"]
-    assert lines[-1]["type"] == "final" and lines[0]["type"] == "model"
-    assert lines[0]["prompt_tokens"] > 0  # counted from the server's usage
+    assert lines[-1]["type"] == "final" and lines[0]["type"] == "start"
+    assert lines[1]["type"] == "model" and lines[1]["prompt_tokens"] > 0  # the server's usage

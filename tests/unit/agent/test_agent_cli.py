@@ -49,7 +49,16 @@ def test_run_json_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert Path(out["trace_path"]).is_file()
     assert model.requests[0]["model"] == "scripted-model"  # the embedding model is skipped
     lines = load_trace(out["run_id"])
-    assert [x["type"] for x in lines] == ["model", "tool", "model", "tool", "model", "final"]
+    assert [x["type"] for x in lines] == [
+        "start",
+        "model",
+        "tool",
+        "model",
+        "tool",
+        "model",
+        "final",
+    ]
+    assert lines[0]["input"] == "Weather in Paris?" and lines[0]["memory"] == "off"
     show_trace(out["run_id"])
 
 

@@ -293,11 +293,12 @@ async def test_trace_file_lines() -> None:
     model = ScriptedModel([call("weather", city="Paris")], answer="18")
     res = await make(model, limits=Limits(repeat_nudges=0)).run("q")
     lines = load_trace(res.trace_path)
-    assert [x["type"] for x in lines] == ["model", "tool", "model", "final"]
+    assert [x["type"] for x in lines] == ["start", "model", "tool", "model", "final"]
     for x in lines:
         assert {"run_id", "trace_id", "step", "type", "ts", "latency_s"} <= x.keys()
         assert x["run_id"] == res.run_id and isinstance(x["step"], int)
-    m, t = lines[0], lines[1]
+    assert lines[0]["input"] == "q" and lines[0]["memory_block"] == ""
+    m, t = lines[1], lines[2]
     assert m["decision"] == "tool_calls" and m["prompt_tokens"] == 100
     assert m["completion_tokens"] == 10
     assert t["name"] == "weather" and t["arguments"] == {"city": "Paris"}

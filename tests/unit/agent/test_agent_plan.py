@@ -108,7 +108,8 @@ async def test_plan_is_made_tracked_and_shown_to_the_model() -> None:
     assert isinstance(result.history[0], PlanStep) and result.history[0].kind == "plan"
     assert result.cost.model_calls == 1 + 3 + 1  # plan, 3 steps, the final answer
     lines = load_trace(result.trace_path)
-    assert lines[0]["type"] == "plan" and len(lines[0]["items"]) == 3
+    assert lines[0]["type"] == "start"
+    assert lines[1]["type"] == "plan" and len(lines[1]["items"]) == 3
 
 
 async def test_a_failed_step_is_replanned_with_the_failure_in_view() -> None:
