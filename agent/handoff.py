@@ -8,6 +8,7 @@ Exit codes of ``loopstack agent run`` (one per status; scripts can tell them apa
     3  max_steps   a step or tool-call limit, or no progress: the answer is best-effort
     4  budget      the token budget or the wall clock ran out: answered from the observations
     5  error       the model endpoint failed
+    6  refused     the run stopped on a call it may not make (not allowed, or denied)
 
 A run that does not end ``done`` can be handed to a person: ``--on-unfinished CMD`` runs CMD
 (split like a shell line, no shell) with the run's summary JSON (the ``--json`` object) on its
@@ -35,7 +36,13 @@ __all__ = ["CONFIG_ERROR", "EXIT_CODES", "Handoff", "exit_code", "local_url"]
 logger = logging.getLogger(__name__)
 
 CONFIG_ERROR = 2
-EXIT_CODES: dict[Status, int] = {"done": 0, "max_steps": 3, "budget": 4, "error": 5}
+EXIT_CODES: dict[Status, int] = {
+    "done": 0,
+    "max_steps": 3,
+    "budget": 4,
+    "error": 5,
+    "refused": 6,
+}
 HOOK_TIMEOUT_S = 30.0
 
 

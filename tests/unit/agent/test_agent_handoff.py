@@ -43,9 +43,9 @@ def looping_model() -> ScriptedModel:
 
 
 def test_exit_code_table() -> None:
-    assert EXIT_CODES == {"done": 0, "max_steps": 3, "budget": 4, "error": 5}
+    assert EXIT_CODES == {"done": 0, "max_steps": 3, "budget": 4, "error": 5, "refused": 6}
     assert exit_code("something new") == 5
-    assert len(set(EXIT_CODES.values()) | {2}) == 5  # each status tells itself apart
+    assert len(set(EXIT_CODES.values()) | {2}) == 6  # each status tells itself apart
 
 
 def test_a_run_stopped_by_a_limit_exits_non_zero(
@@ -148,3 +148,12 @@ async def test_the_webhook_receives_the_summary_and_failures_are_reported() -> N
     assert len(problems) == 2 and "exited 1" in problems[0]
     with pytest.raises(ConfigError):
         Handoff(command="   ")
+
+
+def test_every_status_has_its_own_exit_code() -> None:
+    """A status added to `agent.state.Status` must get a code (it would otherwise exit 5)."""
+    import typing
+
+    from agent.state import Status
+
+    assert set(typing.get_args(Status)) == set(EXIT_CODES)
