@@ -2,13 +2,16 @@
 
 Before a run, ``recall(goal)`` returns the store's ``<memory>`` block for the system prompt;
 after it, ``write_back`` offers the finished turn to the store's promotion gate (explicit
-"remember ...", corrections, task conclusions with their evidence). ``tools()`` are
+"remember ...", corrections, task conclusions with the texts of the results they may rest on:
+the gate keeps a conclusion as evidence-backed only when those results hold what it asserts,
+``memory.evidence``). ``tools()`` are
 ``recall_memory`` / ``save_memory`` bound to the same user (the model never picks the user).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +52,15 @@ class StoreMemory:
         )
         return rec.block
 
-    async def write_back(self, goal: str, answer: str, *, evidence: list[str], done: bool) -> None:
+    async def write_back(
+        self, goal: str, answer: str, *, evidence: Mapping[str, str], done: bool
+    ) -> None:
         turn = Turn(
             user_message=goal,
             assistant_message=answer,
             task_conclusion=answer if done and answer else None,
-            evidence=evidence,
+            evidence=list(evidence),
+            observations=dict(evidence),
         )
         results = await self.store.write_back(
             turn, user_id=self.user_id, agent_id=self.agent_id, session_id=self.session_id

@@ -6,8 +6,9 @@
   It sets torch's intra-op threads to ``threads`` (default 1: on 2 shared cores one thread
   embeds a query in ~11 ms and keeps its tail under load; torch's setting is process-wide).
 * :class:`EndpointEmbedder` - an OpenAI-compatible ``/v1/embeddings`` (our serving endpoint).
-* :class:`HashingEmbedder` - feature hashing of word unigrams and bigrams. No model, no
-  semantics beyond shared words; meant for fast unit tests and cheap isolation checks.
+* :class:`HashingEmbedder` - feature hashing of word unigrams and bigrams (for CJK text:
+  character unigrams and bigrams). No model, no semantics beyond shared words; meant for
+  fast unit tests and cheap isolation checks.
 
 All return float32 arrays of shape ``(n, dim)`` with unit L2 norm, so inner product is
 cosine similarity.
@@ -198,6 +199,7 @@ class EndpointEmbedder:
 
 
 _WORD = re.compile(r"[a-z0-9]+")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 
 class HashingEmbedder:
@@ -230,6 +232,8 @@ class HashingEmbedder:
             feats = list(words)
             if self._bigrams:
                 feats += [f"{a}_{b}" for a, b in itertools.pairwise(words)]
+            for run in _CJK_RUN.findall(text):  # Chinese has no spaces: characters, bigrams
+                feats += list(run) + ([a + b for a, b in itertools.pairwise(run)] * 2)
             for feat in feats:
                 idx, sign = self._bucket(feat)
                 out[row, idx] += sign

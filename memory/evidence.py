@@ -35,7 +35,7 @@ from typing import Any
 
 from memory.language import has_cjk
 
-__all__ = ["Support", "check", "claims", "perishable"]
+__all__ = ["Support", "check", "claims", "mentions", "perishable"]
 
 _MONTHS = {
     m: i + 1
@@ -190,23 +190,26 @@ class _Source:
     strings: list[str]  # its string leaves with CJK (candidate entity spans)
 
 
-def _leaves(value: Any) -> Iterator[Any]:
+def _leaves(value: Any, keys: bool = False) -> Iterator[Any]:
     if isinstance(value, dict):
         for k, v in value.items():
-            yield k
-            yield from _leaves(v)
+            if keys:
+                yield str(k)
+            yield from _leaves(v, keys)
     elif isinstance(value, list):
         for v in value:
-            yield from _leaves(v)
+            yield from _leaves(v, keys)
     elif value is not None and not isinstance(value, bool):
         yield value
 
 
 def _source(ref: str, raw: str) -> _Source:
     try:
-        leaves = list(_leaves(json.loads(raw)))
+        body = json.loads(raw)
+        leaves = list(_leaves(body))
+        named = "\n".join(str(v) for v in _leaves(body, keys=True))  # "q2_sales" names Q2
     except (json.JSONDecodeError, TypeError, ValueError):
-        leaves = [raw]
+        leaves, named = [raw], raw
     text = "\n".join(str(v) for v in leaves)
     nums = [n.value * n.scale for n in _numbers(_blank(text, [(a, b) for _, a, b in _dates(text)]))]
     nums += [float(v) for v in leaves if isinstance(v, int | float)]
@@ -217,7 +220,7 @@ def _source(ref: str, raw: str) -> _Source:
         for s in re.split(r"[\s,，、。；;：:()（）]+", v)
         if 2 <= len(s) <= 30 and has_cjk(s)
     ]
-    return _Source(ref, text, text.lower(), nums[:200], {d for d, _, _ in _dates(text)}, strings)
+    return _Source(ref, text, named.lower(), nums[:200], {d for d, _, _ in _dates(text)}, strings)
 
 
 def _num_in(n: _Num, pool: list[float]) -> bool:
@@ -233,6 +236,20 @@ def _num_in(n: _Num, pool: list[float]) -> bool:
                 if a is not b and (close(100 * a / b) or close(abs(100 * (a - b) / b))):
                     return True
     return False
+
+
+def mentions(text: str, value: str) -> bool:
+    """Whether ``text`` states ``value`` (a result's leaf value): a number by value and scale
+    ("120000" in "12万" or "120k"), a date as a date ("2026-03-03" in "3月3日"), anything
+    else as a case-blind substring (Chinese text has no word boundaries)."""
+    if re.fullmatch(r"-?\d+(?:\.\d+)?", value.strip()):
+        number = float(value)
+        found = _numbers(_blank(text, [(a, b) for _, a, b in _dates(text)]))
+        return any(n.value * n.scale == number for n in found)
+    wanted = {d for d, _, _ in _dates(value)}
+    if wanted and wanted & {d for d, _, _ in _dates(text)}:
+        return True
+    return value.lower() in text.lower()
 
 
 # --- claims ------------------------------------------------------------------------------------
