@@ -62,7 +62,12 @@ _DATES = [
     (re.compile(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)"), "ymd"),
     (re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]"), "ymd"),
     (re.compile(rf"(?i)\b({_MONTH})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?"), "mdy"),
-    (re.compile(rf"(?i)\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\b(?:,?\s+(\d{{4}}))?"), "dmy"),
+    (
+        re.compile(
+            rf"(?i)\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\b(?:,?\s+(\d{{4}}))?"
+        ),
+        "dmy",
+    ),
 ]
 _SCALE = {
     "k": 1e3,
@@ -83,7 +88,9 @@ _NUMBER = re.compile(
     r"(?:\s?(?P<scale>百万|万|亿|千|(?:thousand|million|billion|mn|bn|k|m|b)(?![A-Za-z])))?"
     r"(?P<pct>\s?%|\s?percent\b|\s?个百分点)?"
 )
-_QUOTED = re.compile(r'"([^"\n]{2,60})"|“([^”\n]{1,60})”|「([^」\n]{1,60})」|『([^』\n]{1,60})』|《([^》\n]{1,60})》')
+_QUOTED = re.compile(
+    r'"([^"\n]{2,60})"|“([^”\n]{1,60})”|「([^」\n]{1,60})」|『([^』\n]{1,60})』|《([^》\n]{1,60})》'
+)
 _ENTITY = re.compile(r"\b[A-Z][\w&'.-]*(?:\s+(?:of\s+|&\s+)?[A-Z][\w&'.-]*)*")
 _ENTITY_SKIP = frozenset(
     """the a an this that these those our we i it its in on at for of and or but so my your
@@ -165,7 +172,7 @@ def _entities(text: str) -> list[str]:
             words = words[1:]
         if not words:
             continue
-        at_start = not text[: m.start()].strip() or text[: m.start()].rstrip()[-1] in ".!?:;\"("
+        at_start = not text[: m.start()].strip() or text[: m.start()].rstrip()[-1] in '.!?:;"('
         if len(words) == 1 and words[0].isalpha() and (at_start or len(words[0]) < 2):
             continue  # a capitalised first word is just grammar
         if len(words) == 1 and words[0].isalpha() and words[0].lower() in _MONTHS:
@@ -286,9 +293,7 @@ class Support:
         return "unverified: asserts nothing the cited results contain"
 
 
-def _claim_values(
-    claim: str, given: str
-) -> tuple[list[tuple[str, Any]], list[str]]:
+def _claim_values(claim: str, given: str) -> tuple[list[tuple[str, Any]], list[str]]:
     """(checkable values, quoted/entity strings) of one claim, minus those ``given``."""
     spans = []
     values: list[tuple[str, Any]] = []

@@ -98,7 +98,7 @@ async def execute(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
         evidence=p.evidence,
         weight=s.default_weight if p.weight is None else p.weight,
     )
-    why = (
+    why: str = (
         "low weight, unverified: claims facts without evidence"
         if p.weight == s.unsupported_weight
         else p.kind

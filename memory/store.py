@@ -36,6 +36,7 @@ from memory.exceptions import (
 )
 from memory.execution import execute
 from memory.index import ShardedIndex
+from memory.language import covers
 from memory.ledger.backend import LedgerBackend, is_url, open_ledger, url_key
 from memory.ledger.common import NewRecord
 from memory.llm import ModelClient
@@ -386,7 +387,9 @@ class AsyncMemoryStore:
         doomed = [
             c.id
             for c in rec.candidates
-            if c.similarity >= min_similarity or (c.keyword >= 0.99 and c.similarity >= 0.4)
+            if c.similarity >= min_similarity
+            or (c.keyword >= 0.99 and c.similarity >= 0.4)
+            or covers(c.text, text)  # a Chinese target (no keyword side for CJK)
         ]
         out: list[str] = []
         for rid in doomed:

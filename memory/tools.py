@@ -16,9 +16,9 @@ from typing import Any
 import jsonschema
 
 from memory.exceptions import LoopstackMemoryError, RejectedError
-from memory.trust import unchecked
 from memory.records import MemorySource, MemoryType
 from memory.store import AsyncMemoryStore
+from memory.trust import unchecked
 
 __all__ = [
     "RECALL_MEMORY",

@@ -32,9 +32,9 @@ __all__ = [
     "UNCHECKED",
     "USER_CONFIRMED",
     "Provenance",
+    "proofs",
     "provenance",
     "provenance_label",
-    "proofs",
     "trust",
     "unchecked",
 ]
