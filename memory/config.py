@@ -64,14 +64,15 @@ class MemorySettings(BaseSettings):
     )
 
     # --- embedder ------------------------------------------------------------------------
-    embedder: Literal["minilm", "endpoint", "hashing"] = "minilm"
+    embedder: Literal["minilm", "e5", "endpoint", "hashing"] = "minilm"
     embedding_model: str = Field(
         default="all-MiniLM-L6-v2",
         description="Model name for the endpoint embedder (or a sentence-transformers path)",
     )
     embedding_batch: int = 64
     embedding_threads: int = Field(
-        default=1, description="torch intra-op threads for MiniLM (0 = torch's default)"
+        default=1,
+        description="torch intra-op threads for MiniLM, OpenMP threads for e5 (0 = default)",
     )
 
     # --- gate 1: query -------------------------------------------------------------------

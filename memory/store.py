@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from memory.config import MemorySettings, loopstack_home
-from memory.embedding import Embedder, Vectors, make_embedder
+from memory.embedding import Embedder, Vectors, make_embedder, query_vectors
 from memory.exceptions import (
     IndexMismatchError,
     ModelError,
@@ -488,7 +488,7 @@ class AsyncMemoryStore:
         keyword = asyncio.create_task(asyncio.to_thread(reader.keyword, scope, q, mode))
         t1 = time.perf_counter()
         try:
-            vec = (await self.embedder.embed([q]))[0]
+            vec = (await query_vectors(self.embedder, [q]))[0]
         finally:
             timings["embed"] = (time.perf_counter() - t1) * 1e3
             kw_hits, timings["keyword"] = await keyword
