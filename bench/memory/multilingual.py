@@ -34,8 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.memory.latency import pct, synth_texts, synth_vectors
@@ -103,7 +101,9 @@ async def embed_timed(emb: Embedder, texts: list[str]) -> tuple[Vectors, float]:
     return vecs, time.perf_counter() - t0
 
 
-async def run_model(name: str, facts: list[dict[str, str]], args: argparse.Namespace) -> dict[str, Any]:
+async def run_model(
+    name: str, facts: list[dict[str, str]], args: argparse.Namespace
+) -> dict[str, Any]:
     emb = make(name)
     half = args.real // 2
     filler = synth_texts(half, seed=7) + zh_filler(args.real - half)
@@ -136,9 +136,7 @@ async def run_model(name: str, facts: list[dict[str, str]], args: argparse.Names
                     vectors=vecs[i : i + step],
                     check_conflicts=False,
                 )
-            ids = await st.add_many(
-                [f[lang] for f in facts], user_id="u", check_conflicts=False
-            )
+            ids = await st.add_many([f[lang] for f in facts], user_id="u", check_conflicts=False)
             fact_of = dict(zip(ids, range(len(facts)), strict=True))
             await st.recall("warm up", user_id="u")
             for q_lang, f_lang in PAIRS:
