@@ -54,7 +54,7 @@ async def test_e5_recalls_chinese_and_across_languages(tmp_path: Path, e5: E5Emb
         "what food allergy do I have": "我对花生过敏",  # English question, Chinese fact
         # (a Chinese question for an English fact loses to Chinese facts: see the bench)
         "who is my boss": "My manager is called Priya",
-        "which day do we ship releases": "我们团队每周四发布到生产环境",
+        "when is my flight to Oslo": "我去奥斯陆的航班是3月3日",
     }
     for question, fact in cases.items():
         rec = await st.recall(question, user_id="u1", threshold=-math.inf)
