@@ -81,5 +81,6 @@ class StoreMemory:
 
 def open_store(path: str | Path | None = None) -> AsyncMemoryStore:
     """The default store: ``LOOPSTACK_MEMORY_URL`` or ``$LOOPSTACK_HOME/memory`` (settings decide:
-    the offline MiniLM embedder unless ``LOOPSTACK_MEMORY_EMBEDDER`` says otherwise)."""
+    ``LOOPSTACK_MEMORY_EMBEDDER=auto``: offline multilingual-e5 for a new store, an existing
+    store's own model otherwise)."""
     return AsyncMemoryStore(path)
