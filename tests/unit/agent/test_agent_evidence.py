@@ -62,7 +62,11 @@ async def run_once(link: StoreMemory, goal: str, region: str, answer: str) -> li
     reg = ToolRegistry([FunctionTool(sales_report)])
     res = await Agent(model.client(), "m", reg, memory=link).run(goal)
     assert res.status == "done" and res.answer == answer
-    return [s.trace_id for s in res.history if isinstance(s, ToolStep)]
+    return [
+        s.trace_id
+        for s in res.history
+        if isinstance(s, ToolStep) and s.name == "sales_report" and s.status == "ok"
+    ]
 
 
 async def conclusion(st: AsyncMemoryStore, answer: str) -> Record:
@@ -104,8 +108,8 @@ async def test_a_supported_conclusion_is_evidence_backed(tmp_path: Path, lang: s
         tool_steps = await run_once(link, goal, region, supported)
         rec = await conclusion(st, supported)
         assert provenance(rec) == "evidence"
-        # tied to the one observation that holds the figures: the sales_report call
-        assert len(tool_steps) == 1 and rec.evidence == tool_steps
+        # tied to the observation(s) that hold the figures: the sales_report call(s) only
+        assert rec.evidence and set(rec.evidence) <= set(tool_steps)
         block = await later_block(link, question)
         line = next(ln for ln in block.splitlines() if supported in ln)
         assert f"| evidence: {rec.evidence[0]}]" in line
