@@ -98,7 +98,8 @@ _ENTITY_SKIP = frozenset(
 )
 _CAUSE = re.compile(
     r"(?i)\s*(?=\b(?:because|due to|caused by|driven by|owing to|as a result of|thanks to|"
-    r"the reason (?:is|was)|mainly since)\b)|(?=是因为|因为|由于|导致|归因于|原因是|原因在于)"
+    r"the reason (?:is|was)|mainly since)\b)"
+    r"|(?=是因为)|(?<!是)(?=因为|由于|导致|归因于|原因是|原因在于)"
 )
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*|\n+")
 _ZH_CLAUSE = re.compile(r"(?<=[，,：:])\s*")
@@ -330,8 +331,15 @@ def check(conclusion: str, observations: Mapping[str, str], *, given: str = "") 
                 where = [s for s in sources if _num_in(value, s.numbers)]
             (hits if where else misses).append(label)
             ids.update((s.id, None) for s in where)
+        low_given = given.lower()
         for name in names:
-            where = [s for s in sources if name.lower() in s.lower]
+            # a multi-word span ("EMEA Q3") counts word by word; words the user gave drop out
+            words = [w for w in name.lower().split() if w not in low_given]
+            if not words:
+                continue
+            where = [
+                s for s in sources if name.lower() in s.lower or all(w in s.lower for w in words)
+            ]
             (hits if where else misses).append(name)
             ids.update((s.id, None) for s in where)
         if has_cjk(claim):  # Chinese entity spans a result holds and the claim repeats
