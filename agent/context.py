@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from agent.state import AgentState
+from memory.language import estimate_tokens
 
 __all__ = [
     "TokenCounter",
@@ -91,7 +91,7 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if self._tok is not None:
             return len(self._tok.encode(text, add_special_tokens=False))
-        return max(math.ceil(len(text) / 3.5), len(text.split()))
+        return estimate_tokens(text)  # CJK-aware (memory.language): Chinese is ~0.6/char
 
     def messages(self, messages: list[dict[str, Any]]) -> int:
         return sum(self.count(_message_text(m)) + 4 for m in messages)
@@ -110,18 +110,22 @@ _MONTHS = (
     r"sep(?:tember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
 )
 _DATE = re.compile(
-    rf"\b\d{{4}}-\d{{2}}(?:-\d{{2}})?\b|\b\d{{1,2}}/\d{{1,2}}(?:/\d{{2,4}})?\b|\b(?:{_MONTHS})\b",
+    rf"\b\d{{4}}-\d{{2}}(?:-\d{{2}})?\b|\b\d{{1,2}}/\d{{1,2}}(?:/\d{{2,4}})?\b|\b(?:{_MONTHS})\b"
+    r"|\d{1,2}\s*月\s*\d{1,2}\s*[日号]|\d{4}\s*年",
     re.I,
 )
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)*%?")
+# (?<![A-Za-z0-9_.]) rather than \w: in Chinese a number follows a character ("是3月")
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])-?\d+(?:[.,]\d+)*%?")
 _CONSTRAINT = re.compile(
     r"(?i)\b(?:must|only|never|always|at (?:least|most)|no more than|don'?t|do not|"
     r"before|after|within|budget|limit|maximum|minimum|exactly|without|prefer)\b"
+    r"|必须|务必|只能|只要|不要|不能|不得|别|至少|最多|不超过|之前|之后|以内|预算|限制|上限|"
+    r"下限|正好|恰好|偏好|更喜欢"
 )
 
 
 def _sentences(text: str) -> Iterator[str]:
-    for s in re.split(r"(?<=[.!?;])\s+|\n+", text):
+    for s in re.split(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*|\n+", text):
         s = s.strip()
         if s:
             yield s

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.state import AgentState, Observation
+from memory.evidence import mentions
 
 __all__ = ["Repair", "evidence", "problems", "repair"]
 
@@ -107,11 +108,9 @@ def evidence(state: AgentState, limit: int = 3) -> str:
 
 
 def _contains(answer: str, value: str) -> bool:
-    if re.fullmatch(r"-?\d+(?:\.\d+)?", value):
-        number = float(value)
-        found = re.findall(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?", answer)
-        return any(float(x.replace(",", "")) == number for x in found if x.replace(",", ""))
-    return value.lower() in answer.lower()
+    # memory.evidence reads numbers with their scale ("12万", "120k"), dates as dates
+    # ("3月3日" = "2026-03-03") and CJK text without word boundaries.
+    return mentions(answer, value)
 
 
 def problems(answer: str, state: AgentState, tool_names: set[str] | frozenset[str]) -> list[str]:

@@ -2,13 +2,16 @@
 
 Before a run, ``recall(goal)`` returns the store's ``<memory>`` block for the system prompt;
 after it, ``write_back`` offers the finished turn to the store's promotion gate (explicit
-"remember ...", corrections, task conclusions with their evidence). ``tools()`` are
+"remember ...", corrections, task conclusions with the texts of the results they may rest on:
+the gate keeps a conclusion as evidence-backed only when those results hold what it asserts,
+``memory.evidence``). ``tools()`` are
 ``recall_memory`` / ``save_memory`` bound to the same user (the model never picks the user).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +55,15 @@ class StoreMemory:
             budget_tokens=self.budget_tokens,
         )
 
-    async def write_back(self, goal: str, answer: str, *, evidence: list[str], done: bool) -> None:
+    async def write_back(
+        self, goal: str, answer: str, *, evidence: Mapping[str, str], done: bool
+    ) -> None:
         turn = Turn(
             user_message=goal,
             assistant_message=answer,
             task_conclusion=answer if done and answer else None,
-            evidence=evidence,
+            evidence=list(evidence),
+            observations=dict(evidence),
         )
         results = await self.store.write_back(
             turn, user_id=self.user_id, agent_id=self.agent_id, session_id=self.session_id
@@ -78,5 +84,6 @@ class StoreMemory:
 
 def open_store(path: str | Path | None = None) -> AsyncMemoryStore:
     """The default store: ``LOOPSTACK_MEMORY_URL`` or ``$LOOPSTACK_HOME/memory`` (settings decide:
-    the offline MiniLM embedder unless ``LOOPSTACK_MEMORY_EMBEDDER`` says otherwise)."""
+    ``LOOPSTACK_MEMORY_EMBEDDER=auto``: offline multilingual-e5 for a new store, an existing
+    store's own model otherwise)."""
     return AsyncMemoryStore(path)

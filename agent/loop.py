@@ -569,7 +569,9 @@ class Agent:
 
     async def _write_back(self, state: AgentState) -> None:
         assert self.memory is not None
-        evidence = [o.trace_id for o in state.observations if o.status == "ok"]
+        # Each successful result by its trace id: memory checks the answer against these
+        # texts and keeps only the ids whose result holds what the answer asserts.
+        evidence = {o.trace_id: o.content for o in state.observations if o.status == "ok"}
         try:
             await self.memory.write_back(
                 state.goal, state.answer, evidence=evidence, done=state.status == "done"

@@ -9,6 +9,7 @@ arguments before the call and wraps the outcome as ``{"status", "data", "error"}
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -50,5 +51,9 @@ class MemoryLink(Protocol):
         ...
 
     async def write_back(
-        self, goal: str, answer: str, *, evidence: list[str], done: bool
-    ) -> None: ...
+        self, goal: str, answer: str, *, evidence: Mapping[str, str], done: bool
+    ) -> None:
+        """Offer the finished run to memory; ``evidence`` maps each successful tool result's
+        trace id to its text (what the model saw), so memory can check the answer against
+        the results instead of taking the ids on faith."""
+        ...

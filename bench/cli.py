@@ -17,7 +17,7 @@ them; ``loopstack bench SUBJECT NAME --help`` shows a benchmark's options):
 
     loopstack bench serving validity|constraint-cost|constraint-compile|proxy-overhead
     loopstack bench serving soak|loop-safety|turn-requests
-    loopstack bench memory latency|isolation|locomo|postgres
+    loopstack bench memory latency|isolation|locomo|multilingual|postgres
     loopstack bench corpus build
     loopstack bench agent overhead|selection
     loopstack bench golden run|bootstrap
@@ -403,6 +403,8 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "latency": ("bench.memory.latency", "Recall latency and write throughput."),
         "isolation": ("bench.memory.isolation", "Zero cross-user results, real embedder."),
         "locomo": ("bench.memory.locomo", "Recall@k of evidence on LoCoMo."),
+        "multilingual": ("bench.memory.multilingual",
+                         "Chinese + English recall@1 and p99: MiniLM vs multilingual-e5."),
         "postgres": ("bench.memory.postgres",
                      "Postgres: bulk add, cross-server lag, recall with app servers."),
     }),

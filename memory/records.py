@@ -272,3 +272,8 @@ class Turn(BaseModel):
     evidence: list[str] = Field(
         default_factory=list, description="ids of tool results / messages backing the turn"
     )
+    observations: dict[str, str] = Field(
+        default_factory=dict,
+        description="the cited results' texts by evidence id: the gate checks a conclusion "
+        "against them (memory.evidence); ids without a text stay unchecked",
+    )

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from memory.config import MemorySettings, loopstack_home
-from memory.embedding import Embedder, Vectors, make_embedder
+from memory.embedding import (
+    Embedder,
+    Vectors,
+    embedder_named,
+    make_embedder,
+    query_vectors,
+)
 from memory.exceptions import (
     IndexMismatchError,
     ModelError,
@@ -36,6 +42,7 @@ from memory.exceptions import (
 )
 from memory.execution import execute
 from memory.index import ShardedIndex
+from memory.language import covers
 from memory.ledger.backend import LedgerBackend, is_url, open_ledger, url_key
 from memory.ledger.common import FORGOTTEN, NewRecord
 from memory.llm import ModelClient
@@ -89,6 +96,8 @@ class AsyncMemoryStore:
             else Path(where).expanduser()
         )
         self.embedder: Embedder = embedder or make_embedder(self.settings)
+        #: ``embedder=auto`` chose the model: an existing store's own model wins on open.
+        self._auto_embedder = embedder is None and self.settings.embedder == "auto"
         s = self.settings
         if model is None and s.llm_base_url:
             model = ModelClient(
@@ -148,8 +157,16 @@ class AsyncMemoryStore:
 
     def _open_sync(self, *, check_embedder: bool = True) -> None:
         ledger = open_ledger(self.url or self.path, allow_no_rls=self.settings.allow_no_rls)
-        name, dim = self.embedder.name, self.embedder.dim
         stored = ledger.get_meta("embedder")
+        if self._auto_embedder and check_embedder and stored is not None:
+            own = embedder_named(stored, self.settings)
+            if (
+                own is not None
+                and f"{own.name}:{own.dim}" != f"{self.embedder.name}:{self.embedder.dim}"
+            ):
+                logger.info("memory: this store was built with %s; keeping it", stored)
+                self.embedder = own
+        name, dim = self.embedder.name, self.embedder.dim
         if stored is None:
             ledger.set_meta("embedder", f"{name}:{dim}")
         elif stored != f"{name}:{dim}" and check_embedder:
@@ -416,7 +433,12 @@ class AsyncMemoryStore:
             max_items=10**6,
             include_unverified=True,
         )
-        doomed = [c.id for c in rec.candidates if c.relevance >= min_similarity]
+        doomed = [
+            c.id
+            for c in rec.candidates
+            if c.relevance >= min_similarity
+            or covers(c.text, text)  # a Chinese target (no keyword side for CJK)
+        ]
         out: list[str] = []
         for rid in doomed:
             try:
@@ -521,7 +543,7 @@ class AsyncMemoryStore:
         keyword = asyncio.create_task(asyncio.to_thread(reader.keyword, scope, q, mode))
         t1 = time.perf_counter()
         try:
-            vec = (await self.embedder.embed([q]))[0]
+            vec = (await query_vectors(self.embedder, [q]))[0]
         finally:
             timings["embed"] = (time.perf_counter() - t1) * 1e3
             kw_hits, timings["keyword"] = await keyword

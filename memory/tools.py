@@ -18,6 +18,7 @@ import jsonschema
 from memory.exceptions import LoopstackMemoryError, RejectedError
 from memory.records import MemorySource, MemoryType
 from memory.store import AsyncMemoryStore
+from memory.trust import unchecked
 
 __all__ = [
     "RECALL_MEMORY",
@@ -71,8 +72,9 @@ SAVE_MEMORY: dict[str, Any] = {
             "Save one durable fact, preference, decision or procedure about the user or their "
             "work for future conversations. Save only what will still matter later, as one "
             "short self-contained sentence. Never save secrets (passwords, card numbers, API "
-            "keys): they are removed. Facts concluded from tool results must cite those "
-            "results in 'evidence', or they are kept with low weight."
+            "keys): they are removed. A fact concluded from tool results is kept as "
+            "unverified (low weight): the results cited in 'evidence' are noted, not "
+            "checked; the final answer's facts are checked against the results."
         ),
         "parameters": {
             "type": "object",
@@ -125,7 +127,9 @@ async def call_tool(
     stored as said by the user when the host confirms it, through ``confirm_user_said(text)``
     (sync or async, e.g. checking the text against the user's messages or asking the user)
     or by passing ``trust_user_said=True``. Without either (the default) the claim is
-    ignored and the record is kept as unverified unless it cites evidence.
+    ignored and the record is kept as unverified: ids the model cites in ``evidence`` are kept
+    as ``unchecked:ID`` (memory has no result text to check them against; see
+    ``memory.evidence``).
     """
     tool = _BY_NAME.get(name)
     if tool is None:
@@ -145,12 +149,13 @@ async def call_tool(
             budget_tokens=int(args.get("budget_tokens", 600)),
         )
         return rec.block or "No relevant memories."
-    evidence = list(args.get("evidence", []))
+    # The model's citations cannot be checked here (no result texts): kept, proving nothing.
+    evidence = [unchecked(e) for e in args.get("evidence", [])]
     claimed = bool(args.get("user_said_it", False))
     explicit = claimed and await _host_confirms(args["text"], confirm_user_said, trust_user_said)
     source = MemorySource.USER_EXPLICIT if explicit else MemorySource.TASK
     settings = store.settings
-    weight = settings.default_weight if explicit or evidence else settings.unsupported_weight
+    weight = settings.default_weight if explicit else settings.unsupported_weight
     try:
         rid = await store.add(
             args["text"],
@@ -161,13 +166,13 @@ async def call_tool(
             source=source,
             evidence=evidence,
             weight=weight,
-            confidence=1.0 if explicit else 0.7 if evidence else 0.4,
+            confidence=1.0 if explicit else 0.4,
         )
     except RejectedError as exc:
         return f"error: not saved: {exc}"
     except LoopstackMemoryError:
         raise
-    note = "" if explicit or evidence else " (no evidence given: kept as unverified, low weight)"
+    note = "" if explicit else " (kept as unverified, low weight: cited evidence is not checked)"
     if claimed and not explicit:
         note += " (user_said_it not confirmed by the host: not stored as the user's words)"
     return f"saved as {rid}{note}"

@@ -3,7 +3,11 @@
 Every record is known in one of four ways, derived from what the ledger holds:
 
 * ``user_said`` - the user stated it (source ``user_explicit``, or a user confirmation);
-* ``evidence`` - it is backed by named evidence (tool results or messages, ``evidence`` ids);
+* ``evidence`` - it is backed by named evidence (tool results or messages, ``evidence`` ids)
+  that was checked: the write-back gate attaches an id to a conclusion only when the result it
+  names contains what the conclusion asserts (``memory.evidence``); an id memory could not
+  check (a model's citation, a turn without the results' texts) is kept as ``unchecked:ID``
+  and proves nothing. Ids handed to ``add``/``verify`` by the application are its word;
 * ``repeated`` - inferred from the user restating it ``promote_after`` (3) times or more;
 * ``unverified`` - anything else: a task conclusion or a model's claim with no evidence.
 
@@ -25,11 +29,14 @@ from memory.records import MemorySource, Provenance, Record
 
 __all__ = [
     "PROVENANCE_PRIOR",
+    "UNCHECKED",
     "USER_CONFIRMED",
     "Provenance",
+    "proofs",
     "provenance",
     "provenance_label",
     "trust",
+    "unchecked",
 ]
 
 PROVENANCE_PRIOR: dict[Provenance, float] = {
@@ -41,13 +48,25 @@ PROVENANCE_PRIOR: dict[Provenance, float] = {
 
 #: The evidence id a user confirmation leaves on a record (see ``AsyncMemoryStore.verify``).
 USER_CONFIRMED = "user:confirmed"
+#: The prefix of an evidence id that memory could not check: kept for the record, no proof.
+UNCHECKED = "unchecked:"
+
+
+def unchecked(ref: str) -> str:
+    """``ref`` marked as an id nobody checked (idempotent)."""
+    return ref if ref.startswith(UNCHECKED) else UNCHECKED + ref
+
+
+def proofs(rec: Record) -> list[str]:
+    """The evidence ids that count as proof: neither a user confirmation nor unchecked."""
+    return [e for e in rec.evidence if e != USER_CONFIRMED and not e.startswith(UNCHECKED)]
 
 
 def provenance(rec: Record, promote_after: int = 3) -> Provenance:
     """How ``rec`` is known (see the module docstring)."""
     if rec.source == MemorySource.USER_EXPLICIT or USER_CONFIRMED in rec.evidence:
         return "user_said"
-    if rec.evidence:
+    if proofs(rec):
         return "evidence"
     if rec.source == MemorySource.INFERRED and rec.mentions >= promote_after:
         return "repeated"
@@ -73,7 +92,7 @@ def provenance_label(rec: Record, promote_after: int = 3) -> str:
     if kind == "user_said":
         return "user confirmed" if rec.source != MemorySource.USER_EXPLICIT else "user said"
     if kind == "evidence":
-        refs = [e for e in rec.evidence if e != USER_CONFIRMED]
+        refs = proofs(rec)
         more = f" +{len(refs) - 2}" if len(refs) > 2 else ""
         return "evidence: " + ", ".join(_short(e) for e in refs[:2]) + more
     if kind == "repeated":

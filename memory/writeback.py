@@ -5,12 +5,15 @@ The promotion gate (``plan_turn``) turns one finished turn into proposals:
 * explicit "remember ..." from the user - always stored, high weight;
 * a user correction ("actually ...", "no, it's ...") - stored, and it supersedes the
   closest older record;
-* a task conclusion - stored with source ``task``; a conclusion that claims facts without
-  evidence is stored with low weight, so a poisoned tool result cannot become a "fact"; a
-  trivial one ("Noted.", "OK", "Done.": ``trivial_reply``) is not stored at all;
+* a task conclusion - stored with source ``task``, evidence-backed only when what it asserts
+  is found in the results it cites (``memory.evidence.check`` against ``Turn.observations``);
+  otherwise unverified (low weight, trust below the injection floor), so a guess or a
+  poisoned tool result cannot become a "fact"; a perishable one (weather, prices, "today",
+  "目前") or trivial one ("Noted.", "OK", "Done.": ``trivial_reply``) is not stored at all;
 * plain self-statements ("I live in ...", "my ...") - only *observed*; one becomes a
   record once it was seen ``promote_after`` (3) times;
 * a forget request ("don't remember my card number") - deletes matching records;
+* the same requests in Chinese ("记住...", "别忘了...", "其实...", "忘掉...": ``memory.language``);
 * anything the optional model distilled (``memory.llm``), through the same rules.
 
 ``redact`` (``memory.redaction``) runs on every text and evidence id before it is embedded,
@@ -25,9 +28,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from memory.evidence import check, perishable
+from memory.language import (
+    zh_correction,
+    zh_explicit_request,
+    zh_forget_request,
+    zh_self_statements,
+)
 from memory.pipeline import STOPWORDS
 from memory.records import DistilledMemory, MemorySource, MemoryType, Turn
 from memory.redaction import only_redactions, redact
+from memory.trust import unchecked
 
 __all__ = [
     "Proposal",
@@ -44,7 +55,9 @@ __all__ = [
     "updates_subject",
 ]
 
-ProposalKind = Literal["explicit", "correction", "conclusion", "observation", "distilled", "forget"]
+ProposalKind = Literal[
+    "explicit", "correction", "conclusion", "observation", "distilled", "forget", "perishable"
+]
 
 # --- fingerprints ------------------------------------------------------------------------
 
@@ -216,17 +229,23 @@ def _clean(body: str) -> str:
 def explicit_request(message: str) -> str | None:
     if forget_request(message):
         return None
+    if (zh := zh_explicit_request(message)) is not None:
+        return zh
     m = _EXPLICIT.search(message)
     return _clean(m.group("body")) if m else None
 
 
 def correction(message: str) -> str | None:
+    if (zh := zh_correction(message)) is not None:
+        return zh
     m = _CORRECTION.match(message)
     return _clean(m.group("body")) if m and len(m.group("body").split()) >= 2 else None
 
 
 def forget_request(message: str) -> str | None:
     """What the user explicitly asked to forget, or None (see ``_FORGET``)."""
+    if (zh := zh_forget_request(message)) is not None:
+        return zh
     for sentence in re.split(r"(?<=[.!?;])\s+|\n+", message.strip()):
         for pattern in _FORGET:
             m = pattern.match(sentence.strip())
@@ -242,7 +261,8 @@ def forget_request(message: str) -> str | None:
 def self_statements(message: str) -> list[str]:
     """Sentences where the user states something about themselves."""
     sentences = [_LEAD.sub("", s.strip()) for s in re.split(r"(?<=[.!?])\s+|\n+", message)]
-    return [_clean(s) for s in sentences if _SELF.match(s) and len(s.split()) >= 3]
+    english = [_clean(s) for s in sentences if _SELF.match(s) and len(s.split()) >= 3]
+    return english + zh_self_statements(message)
 
 
 def _grounded(text: str, message: str, min_overlap: float = 0.6) -> bool:
@@ -286,6 +306,7 @@ class Proposal:
     evidence: list[str] = field(default_factory=list)
     supersede: bool = False
     weight: float | None = None
+    note: str = ""  # why, for the write result (the evidence check's verdict)
 
 
 def redact_turn(turn: Turn) -> Turn:
@@ -295,7 +316,21 @@ def redact_turn(turn: Turn) -> Turn:
         assistant_message=redact(turn.assistant_message)[0],
         task_conclusion=None if turn.task_conclusion is None else redact(turn.task_conclusion)[0],
         evidence=[redact(e)[0] for e in turn.evidence],
+        observations=turn.observations,  # only checked against, never stored
     )
+
+
+def _checked(text: str, turn: Turn) -> tuple[bool, list[str], str]:
+    """Whether ``text`` is backed by the turn's cited results, the evidence ids to keep (the
+    supporting observations when it is, every cited id marked unchecked when not) and why."""
+    cited = list(dict.fromkeys([*turn.evidence, *turn.observations]))
+    if not turn.observations:
+        why = "unverified: no cited result to check against" if cited else ""
+        return False, [unchecked(e) for e in cited], why
+    verdict = check(text, turn.observations, given=turn.user_message)
+    if verdict.backed:
+        return True, verdict.ids, verdict.reason
+    return False, [unchecked(e) for e in cited], verdict.reason
 
 
 def plan_turn(
@@ -319,31 +354,38 @@ def plan_turn(
             for s in self_statements(msg):
                 mtype = (
                     MemoryType.PREFERENCE
-                    if re.search(r"(?i)\b(prefer|like|love|hate)\b", s)
+                    if re.search(r"(?i)\b(prefer|like|love|hate)\b|喜欢|偏好|讨厌|更爱", s)
                     else MemoryType.FACT
                 )
                 out.append(Proposal("observation", s, type=mtype, source=MemorySource.INFERRED))
     if turn.task_conclusion and not trivial_reply(turn.task_conclusion):
         text = turn.task_conclusion.strip()
-        supported = bool(turn.evidence) or not claims_fact(text)
-        out.append(
-            Proposal(
-                "conclusion",
-                text,
-                type=MemoryType.DECISION,
-                source=MemorySource.TASK,
-                confidence=0.8 if supported else 0.4,
-                evidence=list(turn.evidence),
-                weight=None if supported else unsupported_weight,
+        if perishable(text):
+            out.append(Proposal("perishable", text, source=MemorySource.TASK))
+        else:
+            backed, evidence, why = _checked(text, turn)
+            out.append(
+                Proposal(
+                    "conclusion",
+                    text,
+                    type=MemoryType.DECISION,
+                    source=MemorySource.TASK,
+                    confidence=0.8 if backed else 0.4,
+                    evidence=evidence,
+                    weight=None if backed or not claims_fact(text) else unsupported_weight,
+                    note=why,
+                )
             )
-        )
     for d in distilled or []:
         if d.source == MemorySource.USER_EXPLICIT and not _grounded(d.text, msg):
             # The model may only call it explicit when the user said it; otherwise inferred.
             source = MemorySource.INFERRED
         else:
             source = d.source
-        has_evidence = bool(turn.evidence) or source == MemorySource.USER_EXPLICIT
+        if source != MemorySource.USER_EXPLICIT and perishable(d.text):
+            continue
+        backed, evidence, _why = _checked(d.text, turn)
+        has_evidence = backed or source == MemorySource.USER_EXPLICIT
         out.append(
             Proposal(
                 "distilled",
@@ -351,7 +393,7 @@ def plan_turn(
                 type=d.type,
                 source=source,
                 confidence=d.confidence,
-                evidence=list(turn.evidence),
+                evidence=evidence,
                 weight=None if has_evidence or not claims_fact(d.text) else unsupported_weight,
             )
         )

@@ -39,7 +39,7 @@ from memory.ledger.backend import LedgerBackend, LedgerTx
 from memory.ledger.common import NewRecord
 from memory.records import MemorySource, Record
 from memory.replica import IndexReplica
-from memory.trust import USER_CONFIRMED, provenance
+from memory.trust import UNCHECKED, USER_CONFIRMED, provenance
 from memory.writeback import conflicting_value, same_content, updates_subject
 
 __all__ = ["OnConflict", "RecordWriter", "supersede_rule"]
@@ -314,7 +314,7 @@ class RecordWriter:
         """A restatement: one more mention; a confirmation when it is better backed."""
         tx.bump_mentions(old.id, weight=item.weight)
         k = self.settings.promote_after
-        extra = [e for e in item.evidence if e not in old.evidence]
+        extra = [e for e in item.evidence if e not in old.evidence and not e.startswith(UNCHECKED)]
         by_user = item.source == MemorySource.USER_EXPLICIT and provenance(old, k) != "user_said"
         if by_user:
             extra.append(USER_CONFIRMED)

