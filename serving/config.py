@@ -1,6 +1,6 @@
 """Server configuration: one pydantic-settings object; every field is `LOOPSTACK_<NAME>`.
 
-Fields left at ``None`` are filled by `serving.hardware.vllm_launch` from the machine (GPU
+Fields left at ``None`` are filled by `serving.engine.hardware.vllm_launch` from the machine (GPU
 count, memory) so that `make serve` does the right thing on a laptop and on a GPU box.
 """
 
@@ -71,7 +71,7 @@ class ServerSettings(BaseSettings):
     )
     engine_args: str = Field(default="", description="Extra vLLM CLI arguments, shell-quoted.")
     engine_start_timeout_s: float = 900.0
-    # -- engine lifecycle (serving.engine, serving.launcher) --
+    # -- engine lifecycle (serving.engine.supervisor, serving.engine.launcher) --
     engine_api_key: str | None = Field(
         default=None,
         description="Key for an external engine (LOOPSTACK_ENGINE_URL). An engine loopstack "
@@ -143,7 +143,7 @@ class ServerSettings(BaseSettings):
         "(off the event loop); past it the output counts as invalid.",
     )
 
-    # -- limits at the HTTP edge (serving.limits); beyond each: an OpenAI-style 4xx ---------
+    # -- limits at the HTTP edge (serving.http.limits); beyond each: an OpenAI-style 4xx ---------
     max_request_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=1024,

@@ -28,23 +28,23 @@ from urllib.parse import urlsplit
 import uvicorn
 from fastapi import FastAPI
 
-from serving.admission import Admission
-from serving.api import AppState, TraceIdFilter, build_app
-from serving.chat import ChatService
 from serving.config import ServerSettings
 from serving.constraint.factory import backend_from_settings
 from serving.embeddings import EmbeddingService
-from serving.engine import VLLMEngine, read_engine_key
-from serving.engine_process import ensure_port_free
+from serving.engine.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
+from serving.engine.model_files import tokenizer_folder
+from serving.engine.model_store import resolve_model
+from serving.engine.process import ensure_port_free
+from serving.engine.supervisor import VLLMEngine, read_engine_key
 from serving.exceptions import EnginePortInUse
-from serving.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
-from serving.limits import Limits
+from serving.http.admission import Admission
+from serving.http.app import AppState, TraceIdFilter, build_app
+from serving.http.chat import ChatService
+from serving.http.limits import Limits
 from serving.metrics import Metrics
-from serving.model_files import tokenizer_folder
-from serving.model_store import resolve_model
 from serving.prompt import BackgroundTokenizer, PromptBuilder
-from serving.tool_rank import ToolRanker
-from serving.tool_selection import ServerEmbedder
+from serving.selection.rank import ToolRanker
+from serving.selection.requests import ServerEmbedder
 
 logger = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace_id=%(trace_id)s] %(message)s"

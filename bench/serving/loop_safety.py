@@ -25,9 +25,9 @@ from jsonschema import Draft202012Validator
 
 from bench.serving.hostile import BACKTRACKING_PATTERN as PATTERN
 from bench.serving.hostile import call_like_text, defs_chain, loop_lag
+from serving.constraint.calltext import IntentDetector
 from serving.constraint.regexes import RegexSchemas, SchemaCompiler
-from serving.toolcalls import IntentDetector
-from serving.validation import SafeValidator
+from serving.constraint.validation import SafeValidator
 
 _OLD_INTENT = regex.compile(r'<tool_call>|```(?:json)?[ \t]*\n?\s*\{\s*"name"\s*:|\{\s*"name"\s*:')
 

@@ -40,13 +40,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from serving.config import BackendName
+from serving.constraint.no_repeat import without_answered
 from serving.constraint.sandbox import CompilePool
 from serving.constraint.schemas import CompiledSchema, SchemaCache, schema_key
 from serving.constraint.turn import Event, ToolMode, ToolPlan, grammar_turn
 from serving.constraint.walker import drop_patterns, exact_for_grammar, refuse_unenforceable
-from serving.engine import Engine
+from serving.engine.supervisor import Engine
 from serving.exceptions import InvalidRequest, constrained_generation
-from serving.tool_selection import without_answered
 
 logger = logging.getLogger(__name__)
 

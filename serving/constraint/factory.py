@@ -33,11 +33,11 @@ from serving.constraint.regexes import (
     SchemaCompiler,
 )
 from serving.constraint.sandbox import STARTUP_S, CompilePool, PoolMode
+from serving.constraint.schema_limits import SchemaLimits
 from serving.constraint.schemas import SchemaCache
+from serving.constraint.validation import DEFAULT_DEADLINE_S
 from serving.constraint.xgrammar import XGrammarBackend
 from serving.metrics import Metrics
-from serving.schema_limits import SchemaLimits
-from serving.validation import DEFAULT_DEADLINE_S
 
 logger = logging.getLogger(__name__)
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.constraint.backend import BackendName, ClientKind, ClientRule
+from serving.constraint.calltext import CallEvent, CallStreamParser, IntentDetector, ParsedCall
+from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN, call_head
 from serving.constraint.regexes import RegexSchemas
 from serving.constraint.schema_regex import arguments_regex, name_regex
 from serving.constraint.schemas import CompiledSchema
@@ -44,10 +46,8 @@ from serving.constraint.turn import (
     generate,
 )
 from serving.constraint.walker import refuse_unenforceable
-from serving.engine import Engine
-from serving.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN, call_head
+from serving.engine.supervisor import Engine
 from serving.exceptions import ToolCallValidationError, constrained_generation
-from serving.toolcalls import CallEvent, CallStreamParser, IntentDetector, ParsedCall
 
 logger = logging.getLogger(__name__)
 

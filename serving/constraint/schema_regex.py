@@ -29,18 +29,23 @@ from typing import Any
 
 from outlines_core.json_schema import build_regex_from_schema
 
-from serving.constraint.schemas import CompiledSchema, check_json_schema
-from serving.constraint.walker import INEXACT_KEYWORDS
-from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, call_head
-from serving.exceptions import InvalidRequest
-from serving.patterns import (
+from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, call_head
+from serving.constraint.patterns import (
     int_range_regex,
     json_safe_pattern,
     json_value_regex,
     number_range_regex,
 )
-from serving.schema_limits import HUGE_BOUND, SchemaLimits, check_schema_limits, fits_type
-from serving.validation import SafeValidator
+from serving.constraint.schema_limits import (
+    HUGE_BOUND,
+    SchemaLimits,
+    check_schema_limits,
+    fits_type,
+)
+from serving.constraint.schemas import CompiledSchema, check_json_schema
+from serving.constraint.validation import SafeValidator
+from serving.constraint.walker import INEXACT_KEYWORDS
+from serving.exceptions import InvalidRequest
 
 WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)
 # Largest {m,n} / maxLength / maxItems compiled into a regex: RegexSchemas tries the first,

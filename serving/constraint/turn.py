@@ -33,11 +33,11 @@ from typing import Any, Literal
 
 import regex
 
-from serving import envelope
+from serving.constraint import envelope
+from serving.constraint.calltext import CallEvent, JsonScan, ParsedCall, new_call_id, parse_lenient
 from serving.constraint.schemas import CompiledSchema
-from serving.engine import Engine, sse_json
+from serving.engine.supervisor import Engine, sse_json
 from serving.exceptions import ToolCallValidationError
-from serving.toolcalls import CallEvent, JsonScan, ParsedCall, new_call_id, parse_lenient
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from serving.api import build_app
-from serving.engine import VLLMEngine
+from serving.engine.supervisor import VLLMEngine
+from serving.http.app import build_app
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import chat_body
 

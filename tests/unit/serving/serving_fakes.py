@@ -10,15 +10,15 @@ from typing import Any
 
 import httpx
 
-from serving.admission import Admission
-from serving.api import AppState, build_app
-from serving.chat import ChatService
 from serving.config import DEFAULT_BACKEND, BackendName
 from serving.constraint.backend import ConstraintBackend
 from serving.constraint.factory import make_backend
 from serving.embeddings import EmbeddingService
 from serving.exceptions import UpstreamError
-from serving.limits import Limits
+from serving.http.admission import Admission
+from serving.http.app import AppState, build_app
+from serving.http.chat import ChatService
+from serving.http.limits import Limits
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
 

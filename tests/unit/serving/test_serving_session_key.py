@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from serving.config import DEFAULT_BACKEND
-from serving.engine import VLLMEngine
+from serving.engine.supervisor import VLLMEngine
 from tests.unit.serving.serving_fakes import FakeEngine, Harness
 from tests.unit.serving.serving_helpers import ADD, PARIS, WEATHER, call, chat_body, sse_events
 

@@ -1,4 +1,4 @@
-"""serving.toolcalls: the incremental call parser, lenient parsing and auto-mode intent."""
+"""serving.constraint.calltext: the incremental call reader, lenient parsing, auto intent."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from serving.toolcalls import (
+from serving.constraint.calltext import (
     CallStreamParser,
     IntentDetector,
     new_call_id,

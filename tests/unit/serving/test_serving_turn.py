@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from serving.constraint.backend import ConstraintBackend, TurnSpec
+from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, stem_groups
 from serving.constraint.factory import make_backend
 from serving.constraint.guidance import lark_grammar
 from serving.constraint.turn import ContentDelta, TurnParser
 from serving.constraint.walker import exact_for_grammar
 from serving.constraint.xgrammar import structural_tag
-from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, stem_groups
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import (
     ADD,

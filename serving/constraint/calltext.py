@@ -21,7 +21,7 @@ from typing import Any
 
 import regex
 
-from serving.envelope import ANY_HEAD
+from serving.constraint.envelope import ANY_HEAD
 
 _ALPHABET = string.ascii_letters + string.digits
 _HEAD = ANY_HEAD
