@@ -1,27 +1,22 @@
-"""Chat completions: the part of the endpoint that vLLM does not do for us.
+"""Chat completions: the wire API's front-end. It turns the events a constraint backend
+resolves a request into (`serving.constraint.resolve`) into the reply, whole or as SSE.
 
-Requests without tools (or with ``tool_choice="none"``) go to vLLM's own chat endpoint
-unchanged, except that every client constraint (``response_format``, ``structured_outputs``)
-is admitted through the constraint backend first (`serving.constraint.client_constraints`) and an
-output that fails its schema is generated again (`REGENERATE`). Requests that may call
-tools take our path, in ``auto``, ``required`` and named modes, streamed or whole, in one
-pipeline:
+`ChatService.create(req)` returns an `Answer`: the body (a JSON object, or the SSE stream)
+and the headers the reply carries. What it does itself:
 
-1. the tools, ranked (``loopstack.tool_rank``) and admitted by the backend
-   (`ConstraintBackend.tool_schema`: checked, repaired where a schema has one reading);
-2. the plan (`ToolPlan`): mode, rendered prompt, sampling, the calls already answered
-   (``loopstack.no_repeat``);
-3. the backend's `admit`: the turn's constraint, compiled first (a 400 here, before any
-   reply is sent);
-4. the backend's `turn`: **the whole turn** as events (`serving.constraint`) - or, with
-   ``extra_body={"loopstack": {"constrained": false}}`` (the benchmarks' baseline), no
-   constraint at all, calls read leniently from the text (`baseline_turn`);
-5. the reply assembled from the events, whole or as SSE, and the tool metrics counted from
-   them (`_events`, the one place).
+1. ``loopstack.tool_rank`` (`serving.selection`): the tools ranked and cut first, said in
+   ``x-loopstack-tools-offered``;
+2. the request as the backends take it (`TurnRequest`: the prompt renderer, the engine's
+   model name, the tool turn's budget, ``loopstack.abstain``'s rule);
+3. `Resolver.resolve` - the configured backend, or the unconstrained baseline - owns the
+   rest: admission, schema repair, ``no_repeat``, planning, the constraint compiled first,
+   the turn and its regenerate loop, and what passes through to the engine as it is;
+4. the events as the reply: `Header`s until `Ready` (everything a 400 can come from is
+   behind it), then content and tool-call deltas and `Done`; a passed-through request's
+   answer (`Whole`, `Relay`) as it came. The tool metrics are counted from the events here
+   (`_counted`, the one place).
 
-Every argument string is parsed and validated with jsonschema before it leaves the server;
-for schemas the backend does not enforce exactly a failing turn is regenerated, and after
-`MAX_ATTEMPTS` refused (502).
+`completion(body)` is ``/v1/completions``: its client constraint admitted, relayed.
 """
 
 from __future__ import annotations
@@ -29,25 +24,23 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextvars import ContextVar
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 from serving.constraint.backend import ConstraintBackend
 from serving.constraint.calltext import CallEvent
-from serving.constraint.client_constraints import admit_constraints, client_constraint
-from serving.constraint.no_repeat import executed_calls
-from serving.constraint.schema_limits import repair_schema
-from serving.constraint.schemas import CompiledSchema
+from serving.constraint.resolve import Resolver, TurnRequest
 from serving.constraint.turn import (
     MAX_ATTEMPTS,
-    REGENERATE,
     AutoSwitch,
     ContentDelta,
     Done,
+    Event,
+    Header,
+    Ready,
+    Relay,
     Retry,
-    ToolMode,
-    ToolPlan,
-    baseline_turn,
+    Whole,
 )
 from serving.engine.supervisor import Engine
 from serving.exceptions import InvalidRequest
@@ -55,35 +48,26 @@ from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
 from serving.protocol import (
     ChatCompletionRequest,
-    NamedToolChoice,
     chat_chunk,
     chat_response,
     completion_id,
     tool_call_dict,
 )
 from serving.selection.rank import ToolRanker
-from serving.selection.requests import rank_request, with_abstain_rule
+from serving.selection.requests import ABSTAIN_RULE, rank_request
 
-__all__ = ["MAX_ATTEMPTS", "RESPONSE_HEADERS", "ChatService"]
+__all__ = ["MAX_ATTEMPTS", "Answer", "ChatService"]
 
 logger = logging.getLogger(__name__)
-
-# Headers the reply carries (set per request by `serving.http.app`: a dict the handler fills)
-RESPONSE_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("response_headers", default=None)
+MAX_HEADER = 1000  # a header's value is cut to this many characters
 
 
-def _say(header: str, value: str) -> None:
-    headers = RESPONSE_HEADERS.get()
-    if headers is not None:
-        headers[header] = value[:1000]
+@dataclass
+class Answer:
+    """What a front-end returns: the body (whole, or the SSE stream) and its headers."""
 
-
-_SAMPLING_KEYS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
-_CHAT_ONLY = {
-    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format",
-    "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "stop",
-    "loopstack", "logprobs", "top_logprobs", "user", "store", "metadata",
-}  # fmt: skip
+    body: dict[str, Any] | AsyncIterator[bytes]
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class ChatService:
@@ -100,168 +84,79 @@ class ChatService:
         self.engine = engine
         self.prompts = prompts
         self.backend = backend  # built complete by `serving.constraint.factory`
+        self.resolver = Resolver(backend)
         self.metrics = metrics
         self.max_tool_tokens = max_tool_tokens
         self.ranker = ranker  # `loopstack.tool_rank` (None: the extension is refused)
 
-    # -- entry point ----------------------------------------------------------------------
-    async def create(self, req: ChatCompletionRequest) -> dict[str, Any] | AsyncIterator[bytes]:
+    # -- entry points ---------------------------------------------------------------------
+    async def create(self, req: ChatCompletionRequest) -> Answer:
+        headers: dict[str, str] = {}
         if req.loopstack.tool_rank is not None and req.tools:
             if self.ranker is None:
                 raise InvalidRequest(
                     "loopstack.tool_rank needs the server's embedding model", param="loopstack"
                 )
             req = await rank_request(req, self.ranker)
-            _say("x-loopstack-tools-offered", ",".join(t.function.name for t in req.tools or []))
-        choice = req.effective_tool_choice()
-        compiled = await self._admit_tools(req)
-        if choice == "none":
-            return await self._passthrough(req)
-        if req.n != 1:
-            raise InvalidRequest("n must be 1 when tools may be called", param="n")
-        if req.response_format is not None and req.response_format.type != "text":
-            raise InvalidRequest(
-                "response_format cannot be combined with tools", param="response_format"
-            )
-        found = client_constraint(req.model_extra or {})
-        if found is not None:  # the tool path constrains itself, the free phase of auto too
-            raise InvalidRequest(f"{found[0]} cannot be combined with tools", param=found[0])
-        plan = self._plan(req, choice, compiled)
-        if plan.constrained:
-            admitted = await self.backend.admit(plan)
-            if admitted is None:  # every call the model could make was made: text only
-                plain = {"tools": None, "tool_choice": None}
-                return await self._passthrough(req.model_copy(update=plain))
-            plan = admitted
-        self.metrics.tool_requests.labels(mode=plan.mode).inc()
-        if req.stream:
-            return self._stream_tools(req, plan)
-        return await self._complete_tools(req, plan)
-
-    async def _admit_tools(self, req: ChatCompletionRequest) -> dict[str, CompiledSchema]:
-        compiled: dict[str, CompiledSchema] = {}
-        repaired = []
-        for i, tool in enumerate(req.tools or []):
-            fn = tool.function
-            if fn.name in compiled:
-                raise InvalidRequest(f"duplicate tool name {fn.name!r}", param=f"tools[{i}]")
-            what = f"tools[{i}].function.parameters"
-            params, notes = repair_schema(fn.parameters)
-            if notes:  # one reading: constrained and validated by the repaired schema
-                repaired.append(f"{fn.name}: {'; '.join(notes)}")
-                logger.warning("%s (%s) repaired: %s", what, fn.name, "; ".join(notes))
-            compiled[fn.name] = await self.backend.tool_schema(
-                params, what=what, enforced=req.loopstack.constrained
-            )
-        if repaired:
-            _say("x-loopstack-schema-repaired", " | ".join(repaired))
-        return compiled
-
-    def _plan(
-        self,
-        req: ChatCompletionRequest,
-        choice: Literal["auto", "required"] | NamedToolChoice,
-        compiled: dict[str, CompiledSchema],
-    ) -> ToolPlan:
-        if isinstance(choice, NamedToolChoice):
-            name = choice.function.name
-            if name not in compiled:
-                raise InvalidRequest(
-                    f"tool_choice names {name!r}, which is not among the tools",
-                    param="tool_choice",
-                )
-            mode: ToolMode = "named"
-            offered = {name: compiled[name]}
-        else:
-            mode, offered = choice, compiled
-        tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
-        messages = [m.model_dump(exclude_none=True) for m in req.messages]
-        answered = executed_calls(messages) if req.loopstack.no_repeat else {}
-        if req.loopstack.abstain:
-            messages = with_abstain_rule(messages)
-        prompt = self.prompts.render(messages, tools)
-        max_tokens = req.completion_limit or self.max_tool_tokens
-        prompt_tokens = self.prompts.check_fits(prompt, max_tokens)
-        sampling = {k: getattr(req, k) for k in _SAMPLING_KEYS if getattr(req, k) is not None}
-        extra = {k: v for k, v in (req.model_extra or {}).items() if k not in _CHAT_ONLY}
-        return ToolPlan(
-            mode=mode,
-            tools=offered,
-            constrained=req.loopstack.constrained,
-            prompt=prompt,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            sampling={**extra, **sampling},
-            parallel=req.parallel_tool_calls,
-            stream=req.stream,
-            answered=answered,
+            offered = ",".join(t.function.name for t in req.tools or [])
+            headers["x-loopstack-tools-offered"] = offered[:MAX_HEADER]
+        request = TurnRequest(
+            chat=req,
+            prompts=self.prompts,
+            engine_model=self.engine.model_name,
+            max_tool_tokens=self.max_tool_tokens,
+            system_rule=ABSTAIN_RULE if req.loopstack.abstain else None,
         )
+        events = self.resolver.resolve(request, self.engine.transport)
+        async for ev in events:  # up to the turn's start: headers, or a passed-through answer
+            if isinstance(ev, Header):
+                headers[ev.name] = ev.value[:MAX_HEADER]
+            elif isinstance(ev, Whole):
+                return Answer(ev.body, headers)
+            elif isinstance(ev, Relay):
+                return Answer(ev.lines, headers)
+            elif isinstance(ev, Ready):
+                self.metrics.tool_requests.labels(mode=ev.mode).inc()
+                turn = self._counted(ev, events)
+                if req.stream:
+                    return Answer(self._stream_tools(req, ev, turn), headers)
+                return Answer(await self._complete_tools(req, ev, turn), headers)
+        raise AssertionError("a backend's resolve ended before its reply")  # pragma: no cover
 
-    # -- pass-through -------------------------------------------------------------------
-    async def _passthrough(
-        self, req: ChatCompletionRequest
-    ) -> dict[str, Any] | AsyncIterator[bytes]:
-        body = req.model_dump(exclude={"loopstack"}, exclude_none=True, by_alias=True)
-        body["model"] = self.engine.model_name
-        # Every client constraint (response_format, structured_outputs, guided_*) is admitted
-        # by the backend, or refused; unconstrained (benchmark baseline): none is sent.
-        admitted = await admit_constraints(
-            body, self.backend, constrained=req.loopstack.constrained
-        )
-        body, schema = admitted.body, admitted.schema
-        if req.stream:
-            return self._relay(body)
-        temperature = float(body.get("temperature") or 0.0)
-        for attempt in range(REGENERATE.attempts):
-            sent = {**body, **REGENERATE.sampling(attempt, temperature)}
-            resp = await self.engine.post("/v1/chat/completions", sent)
-            resp["model"] = req.model
-            if schema is None or not req.loopstack.constrained:
-                return resp
-            if not await _invalid_json_choices(resp, schema):
-                return resp
-            logger.warning("response_format output failed its schema (attempt %d)", attempt + 1)
-        raise REGENERATE.exhausted("output")
-
-    async def _relay(self, body: dict[str, Any]) -> AsyncIterator[bytes]:
-        async for line in self.engine.stream("/v1/chat/completions", body):
-            yield line + b"\n\n"
-
-    async def admit_completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A /v1/completions body with its client constraint admitted (or InvalidRequest)."""
-        return (await admit_constraints(body, self.backend)).body
+    async def completion(self, body: dict[str, Any]) -> dict[str, Any] | AsyncIterator[bytes]:
+        """A /v1/completions body: its client constraint admitted (or 400), relayed."""
+        return await self.resolver.completion(body, self.engine.transport)
 
     # -- tool calls ---------------------------------------------------------------------
-    async def _events(self, plan: ToolPlan) -> AsyncIterator[ContentDelta | CallEvent | Done]:
-        """The reply as events: content text, tool-call deltas, then Done - the backend's
-        whole turn (the baseline's without one). The one place the tool metrics count."""
-        if plan.constrained:
-            turn = self.backend.turn(plan, self.engine)
-        else:
-            turn = baseline_turn(plan, self.engine)
-        async for ev in turn:
+    async def _counted(
+        self, ready: Ready, events: AsyncIterator[Event]
+    ) -> AsyncIterator[ContentDelta | CallEvent | Done]:
+        """The turn's events for the reply; the one place the tool metrics count."""
+        async for ev in events:
             if isinstance(ev, Retry):
                 self.metrics.tool_retries.inc()
             elif isinstance(ev, AutoSwitch):
                 self.metrics.auto_switches.inc()
-            else:
-                if isinstance(ev, Done) and plan.constrained:
+            elif isinstance(ev, ContentDelta | CallEvent | Done):
+                if isinstance(ev, Done) and ev.checked:
                     calls = self.metrics.tool_calls
-                    calls.labels(mode=plan.mode, valid="true").inc(ev.calls - ev.invalid)
-                    calls.labels(mode=plan.mode, valid="false").inc(ev.invalid)
+                    calls.labels(mode=ready.mode, valid="true").inc(ev.calls - ev.invalid)
+                    calls.labels(mode=ready.mode, valid="false").inc(ev.invalid)
                 yield ev
 
     # -- assembling responses -------------------------------------------------------------
-    async def _complete_tools(self, req: ChatCompletionRequest, plan: ToolPlan) -> dict[str, Any]:
+    async def _complete_tools(
+        self, req: ChatCompletionRequest, ready: Ready, turn: AsyncIterator[Event]
+    ) -> dict[str, Any]:
         content, done = "", Done("stop", 0)
         calls: dict[int, dict[str, Any]] = {}
-        async for ev in self._events(plan):
+        async for ev in turn:
             if isinstance(ev, ContentDelta):
                 content += ev.text
             elif isinstance(ev, CallEvent):
                 call = calls.setdefault(ev.index, tool_call_dict(ev.id, ev.name or "", ""))
                 call["function"]["arguments"] += ev.arguments_delta
-            else:
+            elif isinstance(ev, Done):
                 done = ev
         return chat_response(
             id_=completion_id(),
@@ -269,11 +164,11 @@ class ChatService:
             content=content.strip() or None if calls else content,
             tool_calls=[calls[i] for i in sorted(calls)],
             finish_reason=done.finish_reason,
-            usage=_usage(plan.prompt_tokens, done.completion_tokens, done.cached_tokens),
+            usage=_usage(ready.prompt_tokens, done.completion_tokens, done.cached_tokens),
         )
 
     async def _stream_tools(
-        self, req: ChatCompletionRequest, plan: ToolPlan
+        self, req: ChatCompletionRequest, ready: Ready, turn: AsyncIterator[Event]
     ) -> AsyncIterator[bytes]:
         id_, model = completion_id(), req.model
 
@@ -281,7 +176,7 @@ class ChatService:
             return b"data: " + json.dumps(chat_chunk(id_=id_, model=model, **kw)).encode() + b"\n\n"
 
         yield sse(delta={"role": "assistant", "content": ""})
-        async for ev in self._events(plan):
+        async for ev in turn:
             if isinstance(ev, ContentDelta):
                 yield sse(delta={"content": ev.text})
             elif isinstance(ev, CallEvent):
@@ -293,11 +188,11 @@ class ChatService:
                     d.update(id=ev.id, type="function")
                     d["function"]["name"] = ev.name
                 yield sse(delta={"tool_calls": [d]})
-            else:
+            elif isinstance(ev, Done):
                 yield sse(finish_reason=ev.finish_reason)
                 if req.include_usage:
                     yield sse(
-                        usage=_usage(plan.prompt_tokens, ev.completion_tokens, ev.cached_tokens)
+                        usage=_usage(ready.prompt_tokens, ev.completion_tokens, ev.cached_tokens)
                     )
         yield b"data: [DONE]\n\n"
 
@@ -311,18 +206,3 @@ def _usage(prompt: int, completion: int, cached: int | None = None) -> dict[str,
     if cached is not None:  # the engine runs with --enable-prompt-tokens-details
         usage["prompt_tokens_details"] = {"cached_tokens": cached}
     return usage
-
-
-async def _invalid_json_choices(resp: dict[str, Any], schema: CompiledSchema) -> list[int]:
-    bad = []
-    for choice in resp.get("choices", []):
-        if choice.get("finish_reason") == "length":
-            continue  # truncated output is reported as such, not as a schema failure
-        try:
-            value = json.loads(choice["message"]["content"] or "")
-        except (json.JSONDecodeError, KeyError, TypeError):
-            bad.append(choice.get("index", 0))
-            continue
-        if await schema.errors_off_loop(value):
-            bad.append(choice.get("index", 0))
-    return bad

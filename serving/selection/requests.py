@@ -10,7 +10,8 @@ before.
   request is answered in text, as with ``tool_choice="none"``. The query is the first user
   message (or ``query``), so an agent's steps keep one order and the prefix cache keeps
   hitting. The response says what was offered in ``x-loopstack-tools-offered``.
-* ``abstain``: `ABSTAIN_RULE` said in the system message (`with_abstain_rule`).
+* ``abstain``: `ABSTAIN_RULE`, said in the system message of a tool turn's prompt
+  (`serving.constraint.resolve.with_system_rule`).
 
 ``no_repeat`` is a constraint's business: `serving.constraint.no_repeat`.
 """
@@ -28,7 +29,7 @@ from serving.embeddings import EmbeddingService
 from serving.protocol import ChatCompletionRequest, NamedToolChoice
 from serving.selection.rank import ToolRanker
 
-__all__ = ["ABSTAIN_RULE", "ServerEmbedder", "rank_request", "with_abstain_rule"]
+__all__ = ["ABSTAIN_RULE", "ServerEmbedder", "rank_request"]
 
 logger = logging.getLogger(__name__)
 
@@ -107,16 +108,3 @@ async def rank_request(req: ChatCompletionRequest, ranker: ToolRanker) -> ChatCo
         ", ".join(f"{r.name}={r.score:.2f}" for r in keep[:8]),
     )
     return req.model_copy(update=update)
-
-
-def with_abstain_rule(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`messages` with `ABSTAIN_RULE` at the end of the system message (one is added)."""
-    if messages and messages[0].get("role") in ("system", "developer"):
-        first = dict(messages[0])
-        text = first.get("content")
-        if isinstance(text, list):  # content parts: the rule as one more part
-            first["content"] = [*text, {"type": "text", "text": "\n\n" + ABSTAIN_RULE}]
-        else:
-            first["content"] = f"{text or ''}\n\n{ABSTAIN_RULE}".strip()
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": ABSTAIN_RULE}, *messages]

@@ -116,7 +116,7 @@ async def test_a_tool_with_a_parameter_named_format_streams_its_call(harness: Ha
     req = ChatCompletionRequest.model_validate(
         chat_body(tools=[tool], tool_choice="required", stream=True)
     )
-    reply = await h.chat.create(req)
+    reply = (await h.chat.create(req)).body
     assert not isinstance(reply, dict)
     seen_at, arguments = [], ""
     async for chunk in reply:
