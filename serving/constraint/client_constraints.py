@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from serving.constraint.schema_regex import regex_literal, require_regex_text
+from serving.constraint.patterns import regex_literal, require_regex_text
 from serving.constraint.schemas import CompiledSchema
 from serving.exceptions import InvalidRequest
 
