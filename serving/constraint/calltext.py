@@ -1,13 +1,22 @@
-"""Reading tool calls out of generated text.
+"""Reading tool calls out of generated text: one incremental reader, and a lenient one.
 
-* `CallStreamParser` - incremental, for constrained output (``{"name": ..., "arguments": ...}``
-  objects separated by ``</tool_call>`` tags): yields a call's name as soon as it is known and
-  its argument text as it grows, so streaming clients get real deltas.
+* `CallReader` - **the** reader of call text as it streams: content up to where a call
+  starts (held back while the text could still become a call's start), then each call's
+  name as soon as it is known and its argument text as it grows, so streaming clients get
+  real deltas. What counts as a call's start is its one parameter, a regex:
+
+  - `CallReader.tools(names)` - a turn under a grammar backend: a call starts only where
+    the text names an offered tool (`envelope.call_start_regex`), which is exactly where
+    the grammar's triggers start enforcing;
+  - `CallReader.calls_of_any_name()` - constrained call text (the outlines stages: ``{"name": ...,
+    "arguments": ...}`` objects between ``</tool_call>`` tags), calls of any name;
+  - `CallReader.intent()` - free text under ``tool_choice="auto"`` on the outlines path:
+    content until a call's start (``<tool_call>``, a fenced or bare ``{"name": ...``
+    object, bare only at the start of the reply or of a line); then `found` says where,
+    and reading stops (the call is generated again, constrained).
+
 * `parse_lenient` - for unconstrained output (the benchmark's baseline): ``<tool_call>`` tags,
   Markdown ```json fences or a bare JSON object, whatever the model wrote.
-* `IntentDetector` - for ``tool_choice="auto"``: watches free text for the start of a call
-  (``<tool_call>``, a fenced or bare ``{"name": ...`` object) and says how much text is safe
-  to show the client before it can tell.
 """
 
 from __future__ import annotations
@@ -16,15 +25,14 @@ import json
 import re
 import secrets
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import regex
 
-from serving.constraint.envelope import ANY_HEAD
+from serving.constraint import envelope
 
 _ALPHABET = string.ascii_letters + string.digits
-_HEAD = ANY_HEAD
 
 
 def new_call_id() -> str:
@@ -41,6 +49,11 @@ class ParsedCall:
 
 
 @dataclass
+class ContentDelta:
+    text: str
+
+
+@dataclass
 class CallEvent:
     """What changed: a new call (`name` set) and/or more argument text."""
 
@@ -48,55 +61,6 @@ class CallEvent:
     id: str
     name: str | None = None
     arguments_delta: str = ""
-
-
-@dataclass
-class CallStreamParser:
-    """Incremental parser for constrained tool-call text."""
-
-    calls: list[ParsedCall] = field(default_factory=list)
-    _buf: str = ""
-    _pos: int = 0  # where scanning resumes in _buf
-    _value: JsonScan = field(default_factory=lambda: JsonScan())
-
-    @property
-    def text(self) -> str:
-        return self._buf
-
-    def feed(self, text: str) -> list[CallEvent]:
-        self._buf += text
-        events: list[CallEvent] = []
-        while True:
-            current = self.calls[-1] if self.calls and not self.calls[-1].complete else None
-            if current is None:
-                m = _HEAD.search(self._buf, self._pos)
-                if m is None:
-                    return events
-                name = json.loads(f'"{m.group(1)}"')
-                call = ParsedCall(len(self.calls), new_call_id(), name)
-                self.calls.append(call)
-                events.append(CallEvent(call.index, call.id, name=name))
-                self._pos, self._value = m.end(), JsonScan()
-                continue
-            start = self._pos
-            end = self._scan()
-            delta = self._buf[start:end]
-            if delta:
-                current.arguments += delta
-                events.append(CallEvent(current.index, current.id, arguments_delta=delta))
-            if not current.complete:
-                return events
-
-    def _scan(self) -> int:
-        """Advance through the arguments value; marks the call complete at its end."""
-        i, buf = self._pos, self._buf
-        while i < len(buf):
-            i += 1
-            if self._value.feed(buf[i - 1]):
-                self.calls[-1].complete = True
-                break
-        self._pos = i
-        return i
 
 
 class JsonScan:
@@ -125,6 +89,129 @@ class JsonScan:
             self.depth -= 1
             return self.depth == 0
         return False
+
+
+# Where a call starts in free text on the outlines path (``auto``): a tag, a fenced or a bare
+# ``{"name":`` (bare only at the start of the reply or of a line, so an inline example does
+# not count). Whitespace inside a marker is bounded: an undecided candidate is never more
+# than ~230 characters back, so the reader never rescans more than that.
+INTENT_START = (
+    r'<tool_call>|```(?:json)?[ \t]{0,16}\n?\s{0,64}\{\s{0,64}"name"\s{0,64}:'
+    r'|(?:(?<=\A\s*)|(?<=\n))\{\s{0,64}"name"\s{0,64}:'
+)
+# A call of any name in constrained call text (group ``name``: its JSON string).
+ANY_CALL_START = r'\{\s*"name"\s*:\s*(?P<name>"(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*'
+MAX_CALLS = 16
+
+
+class CallReader:
+    """Incremental reader of generated text: content, then calls (module docstring).
+
+    `start` is the regex of a call's start; with a ``name`` group (the tool's name as a JSON
+    string) the call is read, without one the reader stops there (`found`)."""
+
+    def __init__(self, start: str, *, max_calls: int = MAX_CALLS, text: bool = True) -> None:
+        self._start = regex.compile(start)
+        self._named = "name" in self._start.groupindex
+        self.text = ""
+        self.calls: list[ParsedCall] = []
+        self.max_calls = max_calls
+        self.found: int | None = None  # `intent`: where a call starts in `text`
+        self._text = text  # False: everything is envelope, nothing content
+        self._pos = 0  # scanning resumes here
+        self._sent = 0  # content emitted up to here
+        self._reading: ParsedCall | None = None
+        self._value, self._begun, self._scalar = JsonScan(), False, False
+        self.starting = False  # the text ends in what may become a call's start
+
+    @classmethod
+    def tools(cls, names: list[str], *, max_calls: int, text: bool = True) -> CallReader:
+        return cls(envelope.call_start_regex(names), max_calls=max_calls, text=text)
+
+    @classmethod
+    def calls_of_any_name(cls, *, max_calls: int = MAX_CALLS) -> CallReader:
+        return cls(ANY_CALL_START, max_calls=max_calls, text=False)
+
+    @classmethod
+    def intent(cls) -> CallReader:
+        return cls(INTENT_START, max_calls=1)
+
+    def feed(self, delta: str) -> list[ContentDelta | CallEvent]:
+        self.text += delta
+        events: list[ContentDelta | CallEvent] = []
+        while self.found is None and (
+            len(self.calls) < self.max_calls or self._reading is not None
+        ):
+            if self._reading is not None:
+                start, end = self._pos, self._scan()
+                piece = self.text[start:end]
+                if not self._reading.arguments:
+                    piece = piece.lstrip()
+                if piece:
+                    self._reading.arguments += piece
+                    events.append(CallEvent(self._reading.index, self._reading.id,
+                                            arguments_delta=piece))  # fmt: skip
+                if not self._reading.complete:
+                    return events
+                self._reading = None
+                continue
+            m = self._start.search(self.text, self._pos, partial=True)
+            self.starting = m is not None and m.partial and m.end() > m.start()
+            if m is None or m.partial:
+                hold = len(self.text) if m is None else m.start()
+                self._content(hold, events)
+                self._pos = hold
+                return events
+            self._content(m.start(), events)
+            if not self._named:  # a call starts here: the reader's job is done
+                self.found = self._pos = m.start()
+                return events
+            call = ParsedCall(len(self.calls), new_call_id(), json.loads(m.group("name")))
+            self.calls.append(call)
+            events.append(CallEvent(call.index, call.id, name=call.name))
+            self._reading, self._pos = call, m.end()
+            self._value, self._begun, self._scalar = JsonScan(), False, False
+        return events
+
+    def finish(self) -> list[ContentDelta | CallEvent]:
+        """At the end of the text: whatever content was held back as a possible call start."""
+        events: list[ContentDelta | CallEvent] = []
+        self._content(len(self.text), events)
+        return events
+
+    @property
+    def sent(self) -> int:
+        """How much of `text` went out as content (never taken back)."""
+        return self._sent
+
+    def _content(self, upto: int, events: list[ContentDelta | CallEvent]) -> None:
+        if self._text and not self.calls and upto > self._sent:  # after a call: envelope
+            events.append(ContentDelta(self.text[self._sent : upto]))
+        self._sent = max(self._sent, upto)
+
+    def _scan(self) -> int:
+        """Advance through the arguments value; marks the call complete at its end."""
+        i, buf = self._pos, self.text
+        while i < len(buf):
+            c = buf[i]
+            i += 1
+            if not self._begun:
+                if c.isspace():
+                    continue
+                self._begun, self._scalar = True, c not in "{["
+            if self._scalar and not self._value.in_string and c in ",}\n":
+                i -= 1  # a scalar (not what a schema allows, but read it) ends before this
+                self._finish_call()
+                break
+            if self._value.feed(c):
+                self._finish_call()
+                break
+        self._pos = i
+        return i
+
+    def _finish_call(self) -> None:
+        assert self._reading is not None
+        self._reading.complete = True
 
 
 # --------------------------------------------------------------------------- lenient parsing
@@ -158,63 +245,3 @@ def _loads_first_object(blob: str) -> Any:
     except json.JSONDecodeError:
         return None
     return obj
-
-
-# --------------------------------------------------------------------------- auto mode
-# Whitespace inside a marker is bounded, so a match spans at most ~230 characters: a
-# candidate left undecided by the text so far is never more than that far back.
-_INTENT = regex.compile(
-    r'<tool_call>|```(?:json)?[ \t]{0,16}\n?\s{0,64}\{\s{0,64}"name"\s{0,64}:'
-    r'|\{\s{0,64}"name"\s{0,64}:'
-)
-_MARK_START = regex.compile(r"[<`{]")
-
-
-@dataclass
-class Intent:
-    """Found a call: `text_before` is what the model wrote before it (shown as content)."""
-
-    text_before: str
-
-
-class IntentDetector:
-    """Decides, as text streams in, whether the model has started a tool call.
-
-    Incremental: each candidate marker (``<``, a backtick, ``{``) is tried once it appears,
-    and again only while the text so far is a prefix of a marker; everything before the
-    earliest undecided candidate is settled and never scanned again. (Rescanning the whole
-    text on every chunk took 14 s over 32k characters of call-like text.)
-    """
-
-    def __init__(self) -> None:
-        self.text = ""
-        self._pos = 0  # no call can start before this
-        self._first_ink: int | None = None  # first non-whitespace character
-
-    def feed(self, delta: str) -> tuple[int, Intent | None]:
-        """Returns (how many chars of self.text are safe to emit, intent if one started)."""
-        start = len(self.text)
-        self.text += delta
-        text = self.text
-        if self._first_ink is None:
-            ink = next((i for i in range(start, len(text)) if not text[i].isspace()), None)
-            self._first_ink = ink
-        hold: int | None = None
-        # Not just the first marker: an inline {"name": ...} example must not hide a later call.
-        for mark in _MARK_START.finditer(text, self._pos):
-            p = mark.start()
-            if mark.group() == "{" and not self._bare_ok(p):
-                continue
-            m = _INTENT.match(text, p, partial=True)
-            if m is None:
-                continue
-            if not m.partial:
-                return p, Intent(text[:p].rstrip())
-            if hold is None:
-                hold = p  # could still grow into a marker: hold back from here
-        self._pos = hold if hold is not None else len(text)
-        return self._pos, None
-
-    def _bare_ok(self, pos: int) -> bool:
-        """A bare ``{"name"`` counts only at the start of the reply or of a line."""
-        return self._first_ink is None or pos <= self._first_ink or self.text[pos - 1] == "\n"

@@ -9,7 +9,7 @@ generated in two stages so that each automaton is the size of one schema:
 * ``required`` / named - the prompt ends with ``<tool_call>\\n``; the call's head (which tool,
   `schema_regex.name_regex`; skipped when only one is offered), then that tool's arguments
   (`schema_regex.arguments_regex`), which may end by opening another call (parallel calls).
-* ``auto`` - a *lazy constraint*: the model writes freely; `toolcalls.IntentDetector` watches
+* ``auto`` - a *lazy constraint*: the model writes freely; `calltext.CallReader.intent` watches
   for the start of a call (``<tool_call>``, a ```json fence, a bare ``{"name": ...}``). Then
   the free stream is dropped (vLLM aborts it) and the call is generated again under the
   regexes from the text before it, which the prefix cache makes cheap.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.constraint.backend import BackendName, ClientKind, ClientRule
-from serving.constraint.calltext import CallEvent, CallStreamParser, IntentDetector, ParsedCall
+from serving.constraint.calltext import CallEvent, CallReader, ParsedCall
 from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN, call_head
 from serving.constraint.regexes import RegexSchemas
 from serving.constraint.resolve import TurnRequest, admit, pass_through
@@ -38,7 +38,6 @@ from serving.constraint.schemas import CompiledSchema
 from serving.constraint.turn import (
     REGENERATE,
     AutoSwitch,
-    ContentDelta,
     Done,
     Event,
     Ready,
@@ -126,27 +125,26 @@ class OutlinesBackend:
         tally = Tally()
         prompt = plan.prompt
         if plan.mode == "auto":
-            detector, sent, intent = IntentDetector(), 0, None
+            reader = CallReader.intent()
             body = plan.body(plan.prompt, tally)
             async with contextlib.aclosing(generate(transport, body, tally)) as deltas:
                 async for delta in deltas:
-                    safe, intent = detector.feed(delta)
-                    if safe > sent:
-                        yield ContentDelta(detector.text[sent:safe])
-                        sent = safe
-                    if intent is not None:
+                    for ev in reader.feed(delta):
+                        yield ev
+                    if reader.found is not None:
                         break  # leaving the block closes the stream: vLLM aborts it
-            if intent is None:
-                if len(detector.text) > sent:
-                    yield ContentDelta(detector.text[sent:])
+            if reader.found is None:
+                for ev in reader.finish():
+                    yield ev
                 yield Done(tally.finish, tally.tokens, tally.cached)
                 return
             yield AutoSwitch()
-            prompt = plan.prompt + (intent.text_before + "\n" if intent.text_before else "")
+            before = reader.text[: reader.found].rstrip()
+            prompt = plan.prompt + (before + "\n" if before else "")
             tally.finish = "stop"
         stages = _Stages(plan, transport, tally, regexes)
         if plan.stream and plan.exact:
-            parser = CallStreamParser()
+            parser = CallReader.calls_of_any_name(max_calls=MAX_CALLS_PER_TURN)
             async for delta in stages.call_rounds(prompt):
                 for ev in parser.feed(delta):
                     yield ev
@@ -242,7 +240,7 @@ class _Stages:
         async def attempt(n: int) -> AsyncIterator[ParsedCall | Retry]:
             nonlocal spent
             tally.tokens, tally.finish = budget_start, "stop"  # each attempt gets the budget
-            parser = CallStreamParser()
+            parser = CallReader.calls_of_any_name(max_calls=MAX_CALLS_PER_TURN)
             override = REGENERATE.sampling(n, plan.temperature)
             async for delta in self.call_rounds(prompt, override):
                 parser.feed(delta)

@@ -13,13 +13,12 @@
   generated again, sampling anew, up to `MAX_ATTEMPTS` in all; then 502.
 * `generate` - the text of one streamed engine completion, keeping the token count.
 * With a grammar backend the whole turn - optional text, then one or more calls - is one
-  vLLM request under one constraint (`grammar_turn`). `TurnParser` reads its text as it
-  streams: content up to where a call starts (held back while the text could still become a
-  call's start), then each call's name and argument text as it grows. A call starts only
-  where the text names an offered tool (`envelope.call_start_regex`), which is exactly where
-  the constraint's triggers start enforcing. Calls whose schemas the backend enforces
-  exactly stream as generated (and are still checked, for the logs and metrics); the others
-  are validated with jsonschema first, and a failing turn is generated again.
+  vLLM request under one constraint (`grammar_turn`), its text read as it streams by the
+  one call-text reader (`calltext.CallReader.tools`): content, then each call's name and
+  argument text as it grows, a call starting only where the text names an offered tool.
+  Calls whose schemas the backend enforces exactly stream as generated (and are still
+  checked, for the logs and metrics); the others are validated with jsonschema first, and a
+  failing turn is generated again.
 * `baseline_turn` - no constraint at all (``loopstack.constrained: false``, the benchmarks'
   baseline): calls read leniently from the text.
 """
@@ -32,10 +31,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-import regex
-
 from serving.constraint import envelope
-from serving.constraint.calltext import CallEvent, JsonScan, ParsedCall, new_call_id, parse_lenient
+from serving.constraint.calltext import (
+    CallEvent,
+    CallReader,
+    ContentDelta,
+    ParsedCall,
+    new_call_id,
+    parse_lenient,
+)
 from serving.constraint.schemas import CompiledSchema
 from serving.engine.transport import Transport, sse_json
 from serving.exceptions import ToolCallValidationError
@@ -121,11 +125,6 @@ class Relay:
     """A request passed through to the engine: its answer's SSE lines, framed."""
 
     lines: AsyncIterator[bytes]
-
-
-@dataclass
-class ContentDelta:
-    text: str
 
 
 @dataclass
@@ -230,89 +229,6 @@ async def generate(transport: Transport, body: dict[str, Any], tally: Tally) -> 
             tally.tokens += chunks
 
 
-class TurnParser:
-    """Incremental reader of one turn's text: content, then calls of the offered tools."""
-
-    def __init__(self, names: list[str], *, max_calls: int, text: bool = True) -> None:
-        self._start = regex.compile(envelope.call_start_regex(names))
-        self.text = ""
-        self.calls: list[ParsedCall] = []
-        self.max_calls = max_calls
-        self._text = text  # False (required/named): everything is envelope, nothing content
-        self._pos = 0  # scanning resumes here
-        self._sent = 0  # content emitted up to here
-        self._reading: ParsedCall | None = None
-        self._value, self._begun, self._scalar = JsonScan(), False, False
-        self.starting = False  # the text ends in what may become a call's start
-
-    def feed(self, delta: str) -> list[ContentDelta | CallEvent]:
-        self.text += delta
-        events: list[ContentDelta | CallEvent] = []
-        while len(self.calls) < self.max_calls or self._reading is not None:
-            if self._reading is not None:
-                start, end = self._pos, self._scan()
-                piece = self.text[start:end]
-                if not self._reading.arguments:
-                    piece = piece.lstrip()
-                if piece:
-                    self._reading.arguments += piece
-                    events.append(CallEvent(self._reading.index, self._reading.id,
-                                            arguments_delta=piece))  # fmt: skip
-                if not self._reading.complete:
-                    return events
-                self._reading = None
-                continue
-            m = self._start.search(self.text, self._pos, partial=True)
-            self.starting = m is not None and m.partial and m.end() > m.start()
-            if m is None or m.partial:
-                hold = len(self.text) if m is None else m.start()
-                self._content(hold, events)
-                self._pos = hold
-                return events
-            self._content(m.start(), events)
-            call = ParsedCall(len(self.calls), new_call_id(), json.loads(m.group("name")))
-            self.calls.append(call)
-            events.append(CallEvent(call.index, call.id, name=call.name))
-            self._reading, self._pos = call, m.end()
-            self._value, self._begun, self._scalar = JsonScan(), False, False
-        return events
-
-    def finish(self) -> list[ContentDelta | CallEvent]:
-        """At the end of the text: whatever content was held back as a possible call start."""
-        events: list[ContentDelta | CallEvent] = []
-        self._content(len(self.text), events)
-        return events
-
-    def _content(self, upto: int, events: list[ContentDelta | CallEvent]) -> None:
-        if self._text and not self.calls and upto > self._sent:  # after a call: envelope
-            events.append(ContentDelta(self.text[self._sent : upto]))
-        self._sent = max(self._sent, upto)
-
-    def _scan(self) -> int:
-        """Advance through the arguments value; marks the call complete at its end."""
-        i, buf = self._pos, self.text
-        while i < len(buf):
-            c = buf[i]
-            i += 1
-            if not self._begun:
-                if c.isspace():
-                    continue
-                self._begun, self._scalar = True, c not in "{["
-            if self._scalar and not self._value.in_string and c in ",}\n":
-                i -= 1  # a scalar (not what a schema allows, but read it) ends before this
-                self._finish_call()
-                break
-            if self._value.feed(c):
-                self._finish_call()
-                break
-        self._pos = i
-        return i
-
-    def _finish_call(self) -> None:
-        assert self._reading is not None
-        self._reading.complete = True
-
-
 async def grammar_turn(
     plan: ToolPlan, transport: Transport, constraint: dict[str, Any], *, live: bool
 ) -> AsyncIterator[TurnEvent]:
@@ -328,7 +244,7 @@ async def grammar_turn(
     async def attempt(n: int) -> AsyncIterator[TurnEvent]:
         nonlocal spent
         tally.tokens, tally.finish = 0, "stop"
-        parser = TurnParser(list(plan.tools), max_calls=16 if plan.parallel else 1, text=auto)
+        parser = CallReader.tools(list(plan.tools), max_calls=16 if plan.parallel else 1, text=auto)
         held: list[CallEvent] = []
         # what the engine wrote, kept only for the debug line of a turn cut at max_tokens
         raw: list[str] | None = [] if logger.isEnabledFor(logging.DEBUG) else None

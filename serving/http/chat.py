@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.constraint.backend import ConstraintBackend
-from serving.constraint.calltext import CallEvent
+from serving.constraint.calltext import CallEvent, ContentDelta
 from serving.constraint.resolve import Resolver, TurnRequest
 from serving.constraint.turn import (
     MAX_ATTEMPTS,
     AutoSwitch,
-    ContentDelta,
     Done,
     Event,
     Header,

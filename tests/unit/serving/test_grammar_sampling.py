@@ -18,7 +18,8 @@ from tests.unit.serving.grammar_engine import SamplingEngine
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import ADD, WEATHER, chat_body
 
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (ADD, WEATHER)}
+TOOLS: list[dict[str, Any]] = json.loads(json.dumps([ADD, WEATHER]))
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 # an unknown tool, and the arguments of neither tool
 WRONG_NAME = '{"name": "get_wether", "arguments": {"city": 5, "days": "soon"}}'
 # a known tool, wrong types, a required key missing
