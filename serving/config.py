@@ -6,8 +6,9 @@ count, memory) so that `make serve` does the right thing on a laptop and on a GP
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -165,3 +166,19 @@ class ServerSettings(BaseSettings):
 
     def engine_port_resolved(self) -> int:
         return self.engine_port if self.engine_port is not None else self.port + 1
+
+
+T = TypeVar("T")
+
+
+def setting_default(name: str) -> Any:
+    """A setting's default, declared once (in `ServerSettings`): for the dataclasses the
+    settings are unpacked into, so a default is never written twice."""
+    return ServerSettings.model_fields[name].default
+
+
+def unpack(cls: type[T], settings: ServerSettings, **names: str) -> T:
+    """Dataclass `cls` with each field from the setting of the same name (or `names[field]`):
+    settings are unpacked by name, never copied by hand."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    return cls(**{f.name: getattr(settings, names.get(f.name, f.name)) for f in fields})

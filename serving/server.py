@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import uvicorn
 from fastapi import FastAPI
 
-from serving.config import ServerSettings
+from serving.config import ServerSettings, unpack
 from serving.constraint.factory import backend_from_settings
 from serving.embeddings import EmbeddingService
 from serving.engine.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
@@ -146,15 +146,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         model_name=name,
         api_key=settings.api_key,
         max_model_len=launch.max_model_len,
-        limits=Limits(
-            max_request_bytes=settings.max_request_bytes,
-            max_messages=settings.max_messages,
-            max_tools=settings.max_tools,
-            max_stop=settings.max_stop,
-            max_prompts=settings.max_prompts,
-            max_embedding_inputs=settings.max_embedding_inputs,
-            max_embedding_input_chars=settings.max_embedding_input_chars,
-        ),
+        limits=unpack(Limits, settings),
     )
 
     @contextlib.asynccontextmanager
