@@ -12,10 +12,10 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -144,14 +144,18 @@ ERROR_ANSWERS: dict[int | type[Exception], _ErrorAnswer] = {
 }
 
 
-def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
-    """The app: `state` on ``app.state.loopstack``, the routes of `serving.http.routes.router`,
-    the middleware and the exception handlers."""
+def build_app(
+    state: AppState, *, lifespan: Any = None, routers: Sequence[APIRouter] = ()
+) -> FastAPI:
+    """The app: `state` on ``app.state.loopstack``, the routes of `serving.http.routes.router`
+    and of `routers` (more wire APIs' front-ends), the middleware and the exception
+    handlers."""
     app = FastAPI(
         title="loopstack", version="0.1.0", lifespan=lifespan, exception_handlers=ERROR_ANSWERS
     )
     app.state.loopstack = state
-    app.include_router(router)
+    for each in (router, *routers):
+        app.include_router(each)
     # Pure ASGI middlewares: @app.middleware("http") would wrap `receive` and keep client
     # disconnects from the routes' `with_cancellation`, so aborts would never happen. The
     # last one added runs first: trace ids and metrics see every answer, the guard's 401/413
