@@ -12,8 +12,10 @@ key) stay visible to the streamed body that is read after it returns; an abort i
 
 `serving.http.app.build_app` makes the app: it stores an `AppState` on ``app.state.loopstack``,
 includes `router`, and installs the middleware (auth, body limit, trace ids) and the
-exception handlers that turn every error into an OpenAI error body. What a request means
-lives in `serving.http.chat` / `serving.embeddings`.
+exception handlers that turn every error into an OpenAI error body (more front-ends: its
+``routers``). What a request means lives in `serving.http.chat` / `serving.embeddings`; a
+generating handler hands `_generate` a front-end's `Answer` (body, whole or streamed, and its
+headers), run in an admission slot.
 """
 
 from __future__ import annotations
