@@ -3,7 +3,7 @@
 A small model picks the wrong tool when many are offered (the first listed, most often).
 With ``select="ranked"`` every step asks the endpoint to rank the run's tools against the
 run's *goal* (``loopstack.tool_rank``: the server's embedding model over each tool's name,
-description and parameter names, plus keyword recall; `serving.tool_rank`). The query is the
+description and parameter names, plus keyword recall; `serving.selection.rank`). The query is the
 goal, so the order is one per run: every step's prompt starts the same and the prefix cache
 keeps hitting. With ``top_k`` only the k best are offered, plus a ``more_tools`` tool:
 calling it offers the rest from the next step on (the way back when the ranking missed).

@@ -33,8 +33,8 @@ def serve(
 def prepare_model(model: str | None = typer.Option(None)) -> None:
     """Resolve (and convert, once) the model without serving it."""
     from serving.config import ServerSettings
-    from serving.hardware import default_model, detect_hardware
-    from serving.model_store import resolve_model
+    from serving.engine.hardware import default_model, detect_hardware
+    from serving.engine.model_store import resolve_model
 
     settings = ServerSettings()
     if model:

@@ -1,13 +1,14 @@
 """Server configuration: one pydantic-settings object; every field is `LOOPSTACK_<NAME>`.
 
-Fields left at ``None`` are filled by `serving.hardware.vllm_launch` from the machine (GPU
+Fields left at ``None`` are filled by `serving.engine.hardware.vllm_launch` from the machine (GPU
 count, memory) so that `make serve` does the right thing on a laptop and on a GPU box.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -71,7 +72,7 @@ class ServerSettings(BaseSettings):
     )
     engine_args: str = Field(default="", description="Extra vLLM CLI arguments, shell-quoted.")
     engine_start_timeout_s: float = 900.0
-    # -- engine lifecycle (serving.engine, serving.launcher) --
+    # -- engine lifecycle (serving.engine.supervisor, serving.engine.launcher) --
     engine_api_key: str | None = Field(
         default=None,
         description="Key for an external engine (LOOPSTACK_ENGINE_URL). An engine loopstack "
@@ -143,7 +144,7 @@ class ServerSettings(BaseSettings):
         "(off the event loop); past it the output counts as invalid.",
     )
 
-    # -- limits at the HTTP edge (serving.limits); beyond each: an OpenAI-style 4xx ---------
+    # -- limits at the HTTP edge (serving.http.limits); beyond each: an OpenAI-style 4xx ---------
     max_request_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=1024,
@@ -165,3 +166,19 @@ class ServerSettings(BaseSettings):
 
     def engine_port_resolved(self) -> int:
         return self.engine_port if self.engine_port is not None else self.port + 1
+
+
+T = TypeVar("T")
+
+
+def setting_default(name: str) -> Any:
+    """A setting's default, declared once (in `ServerSettings`): for the dataclasses the
+    settings are unpacked into, so a default is never written twice."""
+    return ServerSettings.model_fields[name].default
+
+
+def unpack(cls: type[T], settings: ServerSettings, **names: str) -> T:
+    """Dataclass `cls` with each field from the setting of the same name (or `names[field]`):
+    settings are unpacked by name, never copied by hand."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    return cls(**{f.name: getattr(settings, names.get(f.name, f.name)) for f in fields})

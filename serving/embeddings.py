@@ -58,7 +58,7 @@ class EmbeddingService:
         return np.asarray(vectors, dtype=np.float32), tokens
 
     async def create(self, req: EmbeddingRequest, texts: list[str]) -> dict[str, Any]:
-        """Embed `texts` (the request's inputs, checked and cut by `serving.limits`)."""
+        """Embed `texts` (the request's inputs, checked and cut by `serving.http.limits`)."""
         if req.dimensions is not None:  # refused before any encoding work
             model = await asyncio.to_thread(self._load)
             size = int(model.get_sentence_embedding_dimension() or 0)

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from serving.envelope import TOOL_CALL_OPEN
+from serving.constraint.envelope import TOOL_CALL_OPEN
 from serving.exceptions import InvalidRequest
 
 logger = logging.getLogger(__name__)

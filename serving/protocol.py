@@ -176,7 +176,8 @@ class ResponseFormat(BaseModel):
 
 
 class ToolRankOptions(BaseModel):
-    """``loopstack.tool_rank``: offer the tools ranked by relevance (`serving.tool_selection`)."""
+    """``loopstack.tool_rank``: offer the tools ranked by relevance
+    (`serving.selection.requests`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -212,7 +213,7 @@ class LoopstackOptions(BaseModel):
     abstain: bool = Field(
         default=False,
         description="the prompt says to call a tool only when the request needs one "
-        "(serving.tool_selection.ABSTAIN_RULE)",
+        "(serving.selection.requests.ABSTAIN_RULE)",
     )
 
 

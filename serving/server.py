@@ -28,23 +28,23 @@ from urllib.parse import urlsplit
 import uvicorn
 from fastapi import FastAPI
 
-from serving.admission import Admission
-from serving.api import AppState, TraceIdFilter, build_app
-from serving.chat import ChatService
-from serving.config import ServerSettings
+from serving.config import ServerSettings, unpack
 from serving.constraint.factory import backend_from_settings
 from serving.embeddings import EmbeddingService
-from serving.engine import VLLMEngine, read_engine_key
-from serving.engine_process import ensure_port_free
+from serving.engine.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
+from serving.engine.model_files import tokenizer_folder
+from serving.engine.model_store import resolve_model
+from serving.engine.process import ensure_port_free
+from serving.engine.supervisor import VLLMEngine, read_engine_key
 from serving.exceptions import EnginePortInUse
-from serving.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
-from serving.limits import Limits
+from serving.http.admission import Admission
+from serving.http.app import AppState, TraceIdFilter, build_app
+from serving.http.chat import ChatService
+from serving.http.limits import Limits
 from serving.metrics import Metrics
-from serving.model_files import tokenizer_folder
-from serving.model_store import resolve_model
 from serving.prompt import BackgroundTokenizer, PromptBuilder
-from serving.tool_rank import ToolRanker
-from serving.tool_selection import ServerEmbedder
+from serving.selection.rank import ToolRanker
+from serving.selection.requests import ServerEmbedder
 
 logger = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace_id=%(trace_id)s] %(message)s"
@@ -146,15 +146,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         model_name=name,
         api_key=settings.api_key,
         max_model_len=launch.max_model_len,
-        limits=Limits(
-            max_request_bytes=settings.max_request_bytes,
-            max_messages=settings.max_messages,
-            max_tools=settings.max_tools,
-            max_stop=settings.max_stop,
-            max_prompts=settings.max_prompts,
-            max_embedding_inputs=settings.max_embedding_inputs,
-            max_embedding_input_chars=settings.max_embedding_input_chars,
-        ),
+        limits=unpack(Limits, settings),
     )
 
     @contextlib.asynccontextmanager

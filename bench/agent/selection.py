@@ -332,12 +332,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
-    """No model: the server's ranking (`serving.tool_rank`, MiniLM) on the same items - is its
+    """No model: the server's ranking (`serving.selection.rank`, MiniLM) on the same items - is its
     order the same whatever the input order, where does the right tool land, and what a
     ``min_score`` floor keeps of the right tools and leaves of the abstention requests."""
     from serving.embeddings import EmbeddingService
-    from serving.tool_rank import ToolRanker
-    from serving.tool_selection import ServerEmbedder
+    from serving.selection.rank import ToolRanker
+    from serving.selection.requests import ServerEmbedder
 
     ranker = ToolRanker(ServerEmbedder(EmbeddingService("all-MiniLM-L6-v2")))
     same = total = 0

@@ -58,7 +58,7 @@ def main() -> None:
     from vllm.v1.structured_output.utils import get_outlines_vocabulary
 
     from serving.config import ServerSettings
-    from serving.model_store import ensure_offline_default
+    from serving.engine.model_store import ensure_offline_default
 
     path = args.model_path or str(ensure_offline_default(ServerSettings().home))
     vocab = get_outlines_vocabulary(AutoTokenizer.from_pretrained(path))  # type: ignore[arg-type]
@@ -92,7 +92,7 @@ def toolset(backend: str, n: int, model_path: str | None) -> None:
     from serving.config import ServerSettings
     from serving.constraint.backend import TurnSpec
     from serving.constraint.factory import make_backend
-    from serving.model_store import ensure_offline_default
+    from serving.engine.model_store import ensure_offline_default
 
     path = model_path or str(ensure_offline_default(ServerSettings().home))
     entries = [json.loads(line) for line in CORPUS.read_text().splitlines()][:n]

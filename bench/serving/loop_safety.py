@@ -4,7 +4,7 @@ Three hostile inputs from the reliability issue, each measured as the event loop
 lag (a 5 ms ticker runs beside the work) and the work's own time:
 
 * the call detector over call-like text (``x {"name": `` repeated, 4-character chunks):
-  the old rescan-everything detector (kept here as the baseline) vs `IntentDetector`;
+  the old rescan-everything detector (kept here as the baseline) vs `CallReader.intent`;
 * validating a value against a backtracking ``pattern``: jsonschema's default (Python
   `re`, on the loop) vs `SafeValidator` (`regex` with a deadline, in a thread);
 * compiling the 5 KB schema whose regex would be 2 billion characters (the outlines
@@ -25,9 +25,9 @@ from jsonschema import Draft202012Validator
 
 from bench.serving.hostile import BACKTRACKING_PATTERN as PATTERN
 from bench.serving.hostile import call_like_text, defs_chain, loop_lag
+from serving.constraint.calltext import CallReader
 from serving.constraint.regexes import RegexSchemas, SchemaCompiler
-from serving.toolcalls import IntentDetector
-from serving.validation import SafeValidator
+from serving.constraint.validation import SafeValidator
 
 _OLD_INTENT = regex.compile(r'<tool_call>|```(?:json)?[ \t]*\n?\s*\{\s*"name"\s*:|\{\s*"name"\s*:')
 
@@ -65,9 +65,9 @@ async def measure_all(baseline_chars: int, chars: int, re_len: int) -> None:
     row(f"detector, rescanning (before), {baseline_chars:,} chars",
         *await loop_lag(scan(RescanDetector(), text[:baseline_chars])))  # fmt: skip
     row(f"detector, incremental (after), {baseline_chars:,} chars",
-        *await loop_lag(scan(IntentDetector(), text[:baseline_chars])))  # fmt: skip
+        *await loop_lag(scan(CallReader.intent(), text[:baseline_chars])))  # fmt: skip
     row(f"detector, incremental (after), {chars:,} chars",
-        *await loop_lag(scan(IntentDetector(), text[:chars])))  # fmt: skip
+        *await loop_lag(scan(CallReader.intent(), text[:chars])))  # fmt: skip
 
     schema = {"type": "string", "pattern": PATTERN}
     value = "a" * re_len + "b"

@@ -4,14 +4,15 @@
 with the matching vLLM structured-output backend (``--structured-outputs-config.backend``),
 since vLLM fixes it per engine. A backend owns everything constraint-shaped in a request:
 
+* `resolve` - **the one entry**: a chat request (`serving.constraint.resolve.TurnRequest`)
+  and the transport to the engine in, the reply out as events - admission, schema repair,
+  ``no_repeat``, planning, the turn's constraint compiled first (a 400 before any reply is
+  sent), the turn and its one regenerate loop (`serving.constraint.resolve` has the shared
+  steps);
 * `tool_schema` - a tool's parameters admitted (checked, refused, compiled as the backend
   needs; whether it enforces them exactly);
-* `admit` - a turn's constraint built and compiled first, in the sandbox (a 400 here, before
-  any reply is sent); None when ``loopstack.no_repeat`` leaves no call to make;
-* `turn` - **the whole turn**: engine requests, reading the text back, validation and
-  regeneration (`serving.constraint.turn.REGENERATE`), as events;
 * `client` - a client's own constraint (``response_format``, ``structured_outputs``,
-  ``guided_*``) in the backend's own terms.
+  ``guided_*``) in the backend's own terms (`client_constraints`).
 
 The backends:
 
@@ -40,13 +41,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from serving.config import BackendName
+from serving.constraint.no_repeat import without_answered
+from serving.constraint.resolve import TurnRequest, admit, pass_through
 from serving.constraint.sandbox import CompilePool
 from serving.constraint.schemas import CompiledSchema, SchemaCache, schema_key
-from serving.constraint.turn import Event, ToolMode, ToolPlan, grammar_turn
+from serving.constraint.turn import Event, Ready, ToolMode, ToolPlan, grammar_turn
 from serving.constraint.walker import drop_patterns, exact_for_grammar, refuse_unenforceable
-from serving.engine import Engine
+from serving.engine.transport import Transport
 from serving.exceptions import InvalidRequest, constrained_generation
-from serving.tool_selection import without_answered
 
 logger = logging.getLogger(__name__)
 
@@ -77,15 +79,14 @@ class ClientRule:
 
 
 class ConstraintBackend(Protocol):
-    """What the chat service asks of a backend (see the module docstring)."""
+    """What the chat front-end and the shared steps ask of a backend (module docstring)."""
 
     name: BackendName
 
+    def resolve(self, request: TurnRequest, transport: Transport) -> AsyncIterator[Event]: ...
     async def tool_schema(
         self, schema: Any, *, what: str, enforced: bool = True
     ) -> CompiledSchema: ...
-    async def admit(self, plan: ToolPlan) -> ToolPlan | None: ...
-    def turn(self, plan: ToolPlan, engine: Engine) -> AsyncIterator[Event]: ...
     async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule: ...
     def warm(self) -> None: ...
     def close(self) -> None: ...
@@ -134,14 +135,31 @@ class GrammarBackend:
         refuse_unenforceable(schema, what=what)
         return await self.schemas.checked(schema, what=what, exact=self.exact)
 
-    async def admit(self, plan: ToolPlan) -> ToolPlan | None:
+    async def resolve(self, request: TurnRequest, transport: Transport) -> AsyncIterator[Event]:
+        admitted = await admit(self, request)
+        for header in admitted.headers:
+            yield header
+        plan = admitted.plan
+        constraint = None if plan is None else await self.admit(plan)
+        if plan is None or constraint is None:  # tool_choice "none", or no call left to make
+            rest = request if plan is None else request.without_tools()
+            async for ev in pass_through(self, rest, transport):
+                yield ev
+            return
+        yield Ready(plan.mode, plan.prompt_tokens)
+        with constrained_generation("the tools' constraint"):
+            async for turn_ev in grammar_turn(plan, transport, constraint, live=plan.stream):
+                yield turn_ev
+
+    async def admit(self, plan: ToolPlan) -> dict[str, Any] | None:
+        """The turn's ``structured_outputs``, compiled first; None when
+        ``loopstack.no_repeat`` leaves no call to make."""
         schemas = {n: c.schema for n, c in plan.tools.items()}
         if plan.answered:  # loopstack.no_repeat: the grammar admits no answered call again
             schemas = without_answered(schemas, plan.answered, plan.mode)
             if not schemas:
                 return None
-        plan.constraint = await self.constraint(TurnSpec(plan.mode, schemas, plan.parallel))
-        return plan
+        return await self.constraint(TurnSpec(plan.mode, schemas, plan.parallel))
 
     async def constraint(self, spec: TurnSpec, *, what: str = "tools") -> dict[str, Any]:
         """The ``structured_outputs`` of a turn of `spec`, compiled first (decided once: a
@@ -152,11 +170,6 @@ class GrammarBackend:
             return None if less is None else self.build(less)
 
         return await self._admitted("turn:" + spec.key(), what, lambda: self.build(spec), relaxed)
-
-    async def turn(self, plan: ToolPlan, engine: Engine) -> AsyncIterator[Event]:
-        with constrained_generation("the tools' constraint"):
-            async for ev in grammar_turn(plan, engine, plan.constraint, live=plan.stream):
-                yield ev
 
     async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule:
         if kind == "regex":

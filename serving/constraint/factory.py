@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from serving.config import DEFAULT_BACKEND, BackendName, ServerSettings
+from serving.config import DEFAULT_BACKEND, BackendName, ServerSettings, unpack
 from serving.constraint import guidance, xgrammar
 from serving.constraint.backend import ConstraintBackend
 from serving.constraint.guidance import GuidanceBackend, special_tag_ids
@@ -33,11 +33,12 @@ from serving.constraint.regexes import (
     SchemaCompiler,
 )
 from serving.constraint.sandbox import STARTUP_S, CompilePool, PoolMode
+from serving.constraint.schema_limits import SETTINGS as SCHEMA_SETTINGS
+from serving.constraint.schema_limits import SchemaLimits
 from serving.constraint.schemas import SchemaCache
+from serving.constraint.validation import DEFAULT_DEADLINE_S
 from serving.constraint.xgrammar import XGrammarBackend
 from serving.metrics import Metrics
-from serving.schema_limits import SchemaLimits
-from serving.validation import DEFAULT_DEADLINE_S
 
 logger = logging.getLogger(__name__)
 
@@ -104,11 +105,7 @@ def backend_from_settings(
         timeout_s=settings.schema_compile_timeout_s,
         tags=tags,
         metrics=metrics,
-        limits=SchemaLimits(
-            max_depth=settings.max_schema_depth,
-            max_nodes=settings.max_schema_nodes,
-            max_ref_chain=settings.max_schema_ref_chain,
-        ),
+        limits=unpack(SchemaLimits, settings, **SCHEMA_SETTINGS),
         validation_deadline_s=settings.validation_deadline_s,
         max_states=settings.max_schema_states,
         probe_timeout_s=settings.constraint_probe_timeout_s,

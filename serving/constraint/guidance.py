@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from serving import envelope
+from serving.constraint import envelope
 from serving.constraint.backend import BackendName, GrammarBackend, Payload, TurnSpec
 from serving.constraint.sandbox import CompilePool
 from serving.constraint.schemas import SchemaCache

@@ -9,7 +9,7 @@ generated in two stages so that each automaton is the size of one schema:
 * ``required`` / named - the prompt ends with ``<tool_call>\\n``; the call's head (which tool,
   `schema_regex.name_regex`; skipped when only one is offered), then that tool's arguments
   (`schema_regex.arguments_regex`), which may end by opening another call (parallel calls).
-* ``auto`` - a *lazy constraint*: the model writes freely; `toolcalls.IntentDetector` watches
+* ``auto`` - a *lazy constraint*: the model writes freely; `calltext.CallReader.intent` watches
   for the start of a call (``<tool_call>``, a ```json fence, a bare ``{"name": ...}``). Then
   the free stream is dropped (vLLM aborts it) and the call is generated again under the
   regexes from the text before it, which the prefix cache makes cheap.
@@ -29,25 +29,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.constraint.backend import BackendName, ClientKind, ClientRule
+from serving.constraint.calltext import CallEvent, CallReader, ParsedCall
+from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN, call_head
 from serving.constraint.regexes import RegexSchemas
+from serving.constraint.resolve import TurnRequest, admit, pass_through
 from serving.constraint.schema_regex import arguments_regex, name_regex
 from serving.constraint.schemas import CompiledSchema
 from serving.constraint.turn import (
     REGENERATE,
     AutoSwitch,
-    ContentDelta,
     Done,
     Event,
+    Ready,
     Retry,
     Tally,
     ToolPlan,
+    TurnEvent,
     generate,
+    regenerating,
 )
 from serving.constraint.walker import refuse_unenforceable
-from serving.engine import Engine
-from serving.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN, call_head
+from serving.engine.transport import Transport
 from serving.exceptions import ToolCallValidationError, constrained_generation
-from serving.toolcalls import CallEvent, CallStreamParser, IntentDetector, ParsedCall
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ _ENGINE_HINT = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Regexes:
     """One request's regexes: the head (which tool), and each tool's arguments."""
 
@@ -82,12 +85,25 @@ class OutlinesBackend:
         refuse_unenforceable(schema, what=what)
         return await self.regexes.get(schema, what=what)
 
-    async def admit(self, plan: ToolPlan) -> ToolPlan:
-        plan.constraint = Regexes(
+    async def resolve(self, request: TurnRequest, transport: Transport) -> AsyncIterator[Event]:
+        admitted = await admit(self, request)
+        for header in admitted.headers:
+            yield header
+        plan = admitted.plan
+        if plan is None:  # tool_choice "none" (no_repeat is not enforced on this path)
+            async for ev in pass_through(self, request, transport):
+                yield ev
+            return
+        regexes = self.admit(plan)
+        yield Ready(plan.mode, plan.prompt_tokens)
+        async for turn_ev in self.turn(plan, transport, regexes):
+            yield turn_ev
+
+    def admit(self, plan: ToolPlan) -> Regexes:
+        return Regexes(
             name_regex(list(plan.tools)),
             {n: arguments_regex(c, parallel=plan.parallel) for n, c in plan.tools.items()},
         )
-        return plan
 
     async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule:
         if kind == "json":
@@ -102,32 +118,33 @@ class OutlinesBackend:
     def close(self) -> None:
         self.regexes.close()
 
-    async def turn(self, plan: ToolPlan, engine: Engine) -> AsyncIterator[Event]:
+    async def turn(
+        self, plan: ToolPlan, transport: Transport, regexes: Regexes
+    ) -> AsyncIterator[TurnEvent]:
         """A constrained turn: free text in ``auto`` until a call starts, then the calls."""
         tally = Tally()
         prompt = plan.prompt
         if plan.mode == "auto":
-            detector, sent, intent = IntentDetector(), 0, None
-            body = plan.body(engine, plan.prompt, tally)
-            async with contextlib.aclosing(generate(engine, body, tally)) as deltas:
+            reader = CallReader.intent()
+            body = plan.body(plan.prompt, tally)
+            async with contextlib.aclosing(generate(transport, body, tally)) as deltas:
                 async for delta in deltas:
-                    safe, intent = detector.feed(delta)
-                    if safe > sent:
-                        yield ContentDelta(detector.text[sent:safe])
-                        sent = safe
-                    if intent is not None:
+                    for ev in reader.feed(delta):
+                        yield ev
+                    if reader.found is not None:
                         break  # leaving the block closes the stream: vLLM aborts it
-            if intent is None:
-                if len(detector.text) > sent:
-                    yield ContentDelta(detector.text[sent:])
+            if reader.found is None:
+                for ev in reader.finish():
+                    yield ev
                 yield Done(tally.finish, tally.tokens, tally.cached)
                 return
             yield AutoSwitch()
-            prompt = plan.prompt + (intent.text_before + "\n" if intent.text_before else "")
+            before = reader.text[: reader.found].rstrip()
+            prompt = plan.prompt + (before + "\n" if before else "")
             tally.finish = "stop"
-        stages = _Stages(plan, engine, tally)
+        stages = _Stages(plan, transport, tally, regexes)
         if plan.stream and plan.exact:
-            parser = CallStreamParser()
+            parser = CallReader.calls_of_any_name(max_calls=MAX_CALLS_PER_TURN)
             async for delta in stages.call_rounds(prompt):
                 for ev in parser.feed(delta):
                     yield ev
@@ -165,9 +182,11 @@ async def _check_sent(plan: ToolPlan, calls: list[ParsedCall]) -> int:
 class _Stages:
     """The two stages of one turn's calls, and their regeneration when invalid."""
 
-    def __init__(self, plan: ToolPlan, engine: Engine, tally: Tally) -> None:
-        self.plan, self.engine, self.tally = plan, engine, tally
-        self.regexes: Regexes = plan.constraint
+    def __init__(
+        self, plan: ToolPlan, transport: Transport, tally: Tally, regexes: Regexes
+    ) -> None:
+        self.plan, self.transport, self.tally = plan, transport, tally
+        self.regexes = regexes
 
     async def call_rounds(
         self, prompt: str, override: dict[str, Any] | None = None
@@ -205,22 +224,24 @@ class _Stages:
     async def _generate(
         self, prompt: str, regex: str, override: dict[str, Any] | None
     ) -> AsyncIterator[str]:
-        body = self.plan.body(self.engine, prompt, self.tally, structured_outputs={"regex": regex})
+        body = self.plan.body(prompt, self.tally, structured_outputs={"regex": regex})
         if body["max_tokens"] <= 0:
             self.tally.finish = "length"
             return
         with constrained_generation("the tool schema's constraint", hint=_ENGINE_HINT):
-            async for delta in generate(self.engine, {**body, **(override or {})}, self.tally):
+            async for delta in generate(self.transport, {**body, **(override or {})}, self.tally):
                 yield delta
 
     async def validated_calls(self, prompt: str) -> AsyncIterator[ParsedCall | Retry]:
         """The turn's calls once they validate (each failed attempt a `Retry` before them)."""
         tally, plan = self.tally, self.plan
         budget_start, spent = tally.tokens, 0
-        for attempt in range(REGENERATE.attempts):
+
+        async def attempt(n: int) -> AsyncIterator[ParsedCall | Retry]:
+            nonlocal spent
             tally.tokens, tally.finish = budget_start, "stop"  # each attempt gets the budget
-            parser = CallStreamParser()
-            override = REGENERATE.sampling(attempt, plan.temperature)
+            parser = CallReader.calls_of_any_name(max_calls=MAX_CALLS_PER_TURN)
+            override = REGENERATE.sampling(n, plan.temperature)
             async for delta in self.call_rounds(prompt, override):
                 parser.feed(delta)
             spent += tally.tokens - budget_start
@@ -233,6 +254,8 @@ class _Stages:
                 for c in calls:
                     yield c
                 return
-            logger.warning("tool call failed validation (attempt %d): %s", attempt + 1, problems)
-            yield Retry(attempt, problems)
-        raise REGENERATE.exhausted("tool-call arguments")
+            logger.warning("tool call failed validation (attempt %d): %s", n + 1, problems)
+            yield Retry(n, problems)
+
+        async for got in regenerating("tool-call arguments", attempt):
+            yield got

@@ -28,12 +28,13 @@ import logging
 import re
 from typing import Any
 
+from serving.constraint.patterns import require_regex_text
 from serving.constraint.sandbox import CompilePool, PoolMode
-from serving.constraint.schema_regex import COUNTED_LIMITS, compile_schema, require_regex_text
+from serving.constraint.schema_limits import SchemaLimits, check_schema_limits
+from serving.constraint.schema_regex import COUNTED_LIMITS, compile_schema
 from serving.constraint.schemas import CompiledSchema, SchemaCache, schema_key
+from serving.constraint.validation import DEFAULT_DEADLINE_S, SafeValidator
 from serving.exceptions import InvalidRequest
-from serving.schema_limits import SchemaLimits, check_schema_limits
-from serving.validation import DEFAULT_DEADLINE_S, SafeValidator
 
 logger = logging.getLogger(__name__)
 

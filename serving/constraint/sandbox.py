@@ -76,7 +76,7 @@ def _init_worker(
 ) -> None:
     import resource
 
-    from serving.launcher import exit_with_parent
+    from serving.engine.launcher import exit_with_parent
 
     exit_with_parent()  # a kill -9 of the server must not leave this worker behind
     _WORKER["state"] = setup(*setup_args) if setup is not None else None

@@ -29,45 +29,39 @@ from typing import Any
 
 from outlines_core.json_schema import build_regex_from_schema
 
-from serving.constraint.schemas import CompiledSchema, check_json_schema
-from serving.constraint.walker import INEXACT_KEYWORDS
-from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, call_head
-from serving.exceptions import InvalidRequest
-from serving.patterns import (
+from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, call_head
+from serving.constraint.patterns import (
+    MAX_REGEX_CHARS,
     int_range_regex,
     json_safe_pattern,
     json_value_regex,
     number_range_regex,
+    regex_literal,
 )
-from serving.schema_limits import HUGE_BOUND, SchemaLimits, check_schema_limits, fits_type
-from serving.validation import SafeValidator
+from serving.constraint.schema_limits import (
+    HUGE_BOUND,
+    SchemaLimits,
+    check_schema_limits,
+    fits_type,
+)
+from serving.constraint.schemas import CompiledSchema, check_json_schema
+from serving.constraint.validation import SafeValidator
+from serving.constraint.walker import INEXACT_KEYWORDS, children
+from serving.exceptions import InvalidRequest
 
 WHITESPACE = ""  # compact JSON: each optional space costs automaton states (~25% compile)
 # Largest {m,n} / maxLength / maxItems compiled into a regex: RegexSchemas tries the first,
 # and falls back to the second when the automaton probe finds the result too big.
 COUNTED_LIMITS = (64, 16)
 MAX_COUNTED = COUNTED_LIMITS[-1]
-# A sanity bound on the regex text itself (vLLM parses it with Python's `re` first). What a
-# regex costs to compile is its automaton, measured by `serving.constraint.regexes.AutomatonProbe`.
-MAX_REGEX_CHARS = 200_000
 FREE_FORM_DEPTH = 2  # containers a free-form value may nest (Outlines allows about as many)
 _PLACEHOLDER = "LSNUMRANGE{}X"
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
-_SUBSCHEMA_SINGLE = ("items", "additionalProperties")
-
-
-def require_regex_text(regex: object, what: str) -> str:
-    """A client's regex as text within bounds, or InvalidRequest (400)."""
-    if not isinstance(regex, str) or not regex:
-        raise InvalidRequest(f"{what} must be a non-empty string", param=what)
-    if len(regex) > MAX_REGEX_CHARS:
-        raise InvalidRequest(
-            f"{what} is too long ({len(regex):,} characters, limit {MAX_REGEX_CHARS:,})",
-            param=what,
-            code="schema_too_complex",
-        )
-    return regex
+# The subschemas whose regex outlines_core builds (found by the one walker,
+# `walker.children`): the rest are validated after generation, never in the regex.
+_IN_THE_REGEX = frozenset(
+    {"anyOf", "oneOf", "allOf", "prefixItems", "properties", "$defs", "definitions", "items",
+     "additionalProperties"}
+)  # fmt: skip
 
 
 @dataclass
@@ -191,16 +185,13 @@ def _rewrite_bounds(node: Any, ctx: _Rewrite, *, root: bool = False) -> bool:
         raise InvalidRequest(
             f"{what} uses allOf with several subschemas, which cannot be enforced", param=what
         )
-    for key in _SUBSCHEMA_LISTS:
-        for sub in node.get(key) or []:
-            exact &= _rewrite_bounds(sub, ctx)
-    for key in _SUBSCHEMA_MAPS:
-        if root and key in ("$defs", "definitions"):
-            continue  # done first, by compile_schema
-        for sub in (node.get(key) or {}).values():
-            exact &= _rewrite_bounds(sub, ctx)
-    for key in _SUBSCHEMA_SINGLE:
-        exact &= _rewrite_bounds(node.get(key), ctx)
+    for step, sub in children(node, negated=False):
+        key = step.split("/")[1]
+        if key not in _IN_THE_REGEX or (root and key in ("$defs", "definitions")):
+            continue  # not in the regex; or the definitions, done first by compile_schema
+        if key == "items" and isinstance(node["items"], list):
+            continue  # a draft-07 tuple: outlines_core reads prefixItems
+        exact &= _rewrite_bounds(sub, ctx)
     exact &= _relax_sizes(node, ctx.max_counted)
     _narrow_enum(node)
     if _plain_object(node):
@@ -442,12 +433,6 @@ def _real_range_empty(node: dict[str, Any]) -> bool:
 
 
 # --------------------------------------------------------------------------- tool envelope
-def regex_literal(text: str) -> str:
-    """Escape `text` for the regex dialect Outlines understands."""
-    special = set(r"\.^$|?*+()[]{}/")
-    return "".join("\\" + c if c in special else c for c in text)
-
-
 def name_regex(names: list[str]) -> str:
     """Stage 1 of a call: the head, with the name chosen among `names`."""
     choice = "|".join(regex_literal(n) for n in names)

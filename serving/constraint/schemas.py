@@ -9,7 +9,7 @@ where it sent it this time.
 
 `CompiledSchema` is a schema as admitted: the schema, whether the backend enforces it
 exactly, its regex (outlines only; empty otherwise) and a validator bounded in time
-(`serving.validation`) for the check every output gets before it leaves.
+(`serving.constraint.validation`) for the check every output gets before it leaves.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any, TypeVar, cast
 
 from jsonschema import Draft202012Validator, SchemaError
 
+from serving.constraint.schema_limits import SchemaLimits, check_schema_limits
+from serving.constraint.validation import DEFAULT_DEADLINE_S, SafeValidator
 from serving.exceptions import InvalidRequest
 from serving.metrics import Metrics
-from serving.schema_limits import SchemaLimits, check_schema_limits
-from serving.validation import DEFAULT_DEADLINE_S, SafeValidator
 
 T = TypeVar("T")
 

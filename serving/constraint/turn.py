@@ -1,24 +1,24 @@
-"""One model turn: what the chat service hands a constraint backend, what comes back, and
-the pieces every backend's turn is made of.
+"""One model turn: what a backend's `resolve` yields, and the pieces every turn is made of.
 
 * `ToolPlan` - what one tool request resolved to (mode, admitted tool schemas, the rendered
-  prompt, sampling, the calls already answered for ``loopstack.no_repeat``); the backend's
-  `admit` adds its own constraint.
-* `Event` - what a turn yields: content text, tool-call deltas, `Retry` (a turn generated
-  again), `AutoSwitch` (outlines: free text turned into a constrained call), then `Done`.
-  The chat service assembles the reply from them and counts the metrics from them.
-* `REGENERATE` - the one regenerate-on-invalid policy: a turn (or a ``response_format``
-  reply) whose output fails its schema is generated again, sampling anew, up to
-  `MAX_ATTEMPTS` in all; then 502.
+  prompt, sampling, the calls already answered for ``loopstack.no_repeat``): an immutable
+  value; a backend's constraint for it is its own return value, never written into it.
+* `Event` - what `resolve` yields: `Header` (a response header), `Ready` (admitted: a tool
+  turn starts), content text, tool-call deltas, `Retry` (a turn generated again),
+  `AutoSwitch` (outlines: free text turned into a constrained call), then `Done`; or, for a
+  request passed through to the engine, `Whole` (its answer) or `Relay` (its SSE lines).
+  The chat front-end assembles the reply from them and counts the metrics from them.
+* `REGENERATE` and `regenerating` - the one regenerate-on-invalid policy and the one loop
+  that applies it: a turn (or a ``response_format`` reply) whose output fails its schema is
+  generated again, sampling anew, up to `MAX_ATTEMPTS` in all; then 502.
 * `generate` - the text of one streamed engine completion, keeping the token count.
 * With a grammar backend the whole turn - optional text, then one or more calls - is one
-  vLLM request under one constraint (`grammar_turn`). `TurnParser` reads its text as it
-  streams: content up to where a call starts (held back while the text could still become a
-  call's start), then each call's name and argument text as it grows. A call starts only
-  where the text names an offered tool (`envelope.call_start_regex`), which is exactly where
-  the constraint's triggers start enforcing. Calls whose schemas the backend enforces
-  exactly stream as generated (and are still checked, for the logs and metrics); the others
-  are validated with jsonschema first, and a failing turn is generated again.
+  vLLM request under one constraint (`grammar_turn`), its text read as it streams by the
+  one call-text reader (`calltext.CallReader.tools`): content, then each call's name and
+  argument text as it grows, a call starting only where the text names an offered tool.
+  Calls whose schemas the backend enforces exactly stream as generated (and are still
+  checked, for the logs and metrics); the others are validated with jsonschema first, and a
+  failing turn is generated again.
 * `baseline_turn` - no constraint at all (``loopstack.constrained: false``, the benchmarks'
   baseline): calls read leniently from the text.
 """
@@ -27,17 +27,22 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-import regex
-
-from serving import envelope
+from serving.constraint import envelope
+from serving.constraint.calltext import (
+    CallEvent,
+    CallReader,
+    ContentDelta,
+    ParsedCall,
+    new_call_id,
+    parse_lenient,
+)
 from serving.constraint.schemas import CompiledSchema
-from serving.engine import Engine, sse_json
+from serving.engine.transport import Transport, sse_json
 from serving.exceptions import ToolCallValidationError
-from serving.toolcalls import CallEvent, JsonScan, ParsedCall, new_call_id, parse_lenient
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +70,21 @@ class Regeneration:
 
 
 REGENERATE = Regeneration()
+E = TypeVar("E")
+
+
+async def regenerating(what: str, attempt: Callable[[int], AsyncIterator[E]]) -> AsyncIterator[E]:
+    """The one regenerate-on-invalid loop: `attempt(n)`'s events, attempt after attempt,
+    until one ends without a `Retry` (its last event when its output failed); after
+    `REGENERATE.attempts` failures, 502 (`ToolCallValidationError`)."""
+    for n in range(REGENERATE.attempts):
+        failed = False
+        async for ev in attempt(n):
+            failed = isinstance(ev, Retry)
+            yield ev
+        if not failed:
+            return
+    raise REGENERATE.exhausted(what)
 
 
 @dataclass
@@ -76,9 +96,35 @@ class Tally:
     cached: int | None = None  # cached prompt tokens of the first engine request
 
 
-@dataclass
-class ContentDelta:
-    text: str
+@dataclass(frozen=True)
+class Header:
+    """A response header the reply carries (e.g. ``x-loopstack-schema-repaired``)."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The tool request is admitted (nothing is refused with a 400 after this): its turn
+    starts. ``loopstack_tool_requests`` counts it."""
+
+    mode: ToolMode
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A request passed through to the engine: its whole answer (the client's model name)."""
+
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Relay:
+    """A request passed through to the engine: its answer's SSE lines, framed."""
+
+    lines: AsyncIterator[bytes]
 
 
 @dataclass
@@ -101,18 +147,21 @@ class Done:
     cached_tokens: int | None = None  # the engine's prompt_tokens_details.cached_tokens
     calls: int = 0  # whole calls returned, checked against their schemas
     invalid: int = 0  # of those, calls that failed the check after they streamed out
+    checked: bool = True  # False: the unconstrained baseline (its calls are not counted)
 
 
-Event = ContentDelta | CallEvent | Retry | AutoSwitch | Done
+TurnEvent = ContentDelta | CallEvent | Retry | AutoSwitch | Done
+Event = Header | Ready | Whole | Relay | TurnEvent
 
 
-@dataclass
+@dataclass(frozen=True)
 class ToolPlan:
-    """What one tool request resolved to; `constraint` is the backend's, from its `admit`."""
+    """What one tool request resolved to (immutable: a backend's constraint for it is the
+    return value of its `admit`, passed to the turn beside it)."""
 
     mode: ToolMode
     tools: dict[str, CompiledSchema]
-    constrained: bool
+    model: str  # the engine's name for the model
     prompt: str
     prompt_tokens: int
     max_tokens: int
@@ -121,7 +170,6 @@ class ToolPlan:
     stream: bool = False  # the reply streams: calls a backend enforces exactly go out live
     # ``loopstack.no_repeat``: tool name -> argument objects already called and answered
     answered: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    constraint: Any = None
 
     @property
     def exact(self) -> bool:
@@ -131,11 +179,11 @@ class ToolPlan:
     def temperature(self) -> float:
         return float(self.sampling.get("temperature") or 0.0)
 
-    def body(self, engine: Engine, prompt: str, tally: Tally, **extra: Any) -> dict[str, Any]:
+    def body(self, prompt: str, tally: Tally, **extra: Any) -> dict[str, Any]:
         """A streamed /v1/completions request for `prompt`, within the turn's token budget."""
         return {
             **self.sampling,
-            "model": engine.model_name,
+            "model": self.model,
             "prompt": prompt,
             "max_tokens": self.max_tokens - tally.tokens,
             "skip_special_tokens": False,
@@ -156,11 +204,11 @@ class ToolPlan:
         return await schema.errors_off_loop(args)
 
 
-async def generate(engine: Engine, body: dict[str, Any], tally: Tally) -> AsyncGenerator[str]:
+async def generate(transport: Transport, body: dict[str, Any], tally: Tally) -> AsyncGenerator[str]:
     """Text deltas of one streamed completion; keeps the token count and finish reason.
     Leaving the loop early closes the stream, which makes vLLM abort the request."""
     chunks, counted = 0, False
-    events = sse_json(engine.stream("/v1/completions", body))
+    events = sse_json(transport.send("/v1/completions", body))
     try:
         async for chunk in events:
             if chunk.get("usage"):
@@ -181,120 +229,39 @@ async def generate(engine: Engine, body: dict[str, Any], tally: Tally) -> AsyncG
             tally.tokens += chunks
 
 
-class TurnParser:
-    """Incremental reader of one turn's text: content, then calls of the offered tools."""
-
-    def __init__(self, names: list[str], *, max_calls: int, text: bool = True) -> None:
-        self._start = regex.compile(envelope.call_start_regex(names))
-        self.text = ""
-        self.calls: list[ParsedCall] = []
-        self.max_calls = max_calls
-        self._text = text  # False (required/named): everything is envelope, nothing content
-        self._pos = 0  # scanning resumes here
-        self._sent = 0  # content emitted up to here
-        self._reading: ParsedCall | None = None
-        self._value, self._begun, self._scalar = JsonScan(), False, False
-        self.starting = False  # the text ends in what may become a call's start
-
-    def feed(self, delta: str) -> list[ContentDelta | CallEvent]:
-        self.text += delta
-        events: list[ContentDelta | CallEvent] = []
-        while len(self.calls) < self.max_calls or self._reading is not None:
-            if self._reading is not None:
-                start, end = self._pos, self._scan()
-                piece = self.text[start:end]
-                if not self._reading.arguments:
-                    piece = piece.lstrip()
-                if piece:
-                    self._reading.arguments += piece
-                    events.append(CallEvent(self._reading.index, self._reading.id,
-                                            arguments_delta=piece))  # fmt: skip
-                if not self._reading.complete:
-                    return events
-                self._reading = None
-                continue
-            m = self._start.search(self.text, self._pos, partial=True)
-            self.starting = m is not None and m.partial and m.end() > m.start()
-            if m is None or m.partial:
-                hold = len(self.text) if m is None else m.start()
-                self._content(hold, events)
-                self._pos = hold
-                return events
-            self._content(m.start(), events)
-            call = ParsedCall(len(self.calls), new_call_id(), json.loads(m.group("name")))
-            self.calls.append(call)
-            events.append(CallEvent(call.index, call.id, name=call.name))
-            self._reading, self._pos = call, m.end()
-            self._value, self._begun, self._scalar = JsonScan(), False, False
-        return events
-
-    def finish(self) -> list[ContentDelta | CallEvent]:
-        """At the end of the text: whatever content was held back as a possible call start."""
-        events: list[ContentDelta | CallEvent] = []
-        self._content(len(self.text), events)
-        return events
-
-    def _content(self, upto: int, events: list[ContentDelta | CallEvent]) -> None:
-        if self._text and not self.calls and upto > self._sent:  # after a call: envelope
-            events.append(ContentDelta(self.text[self._sent : upto]))
-        self._sent = max(self._sent, upto)
-
-    def _scan(self) -> int:
-        """Advance through the arguments value; marks the call complete at its end."""
-        i, buf = self._pos, self.text
-        while i < len(buf):
-            c = buf[i]
-            i += 1
-            if not self._begun:
-                if c.isspace():
-                    continue
-                self._begun, self._scalar = True, c not in "{["
-            if self._scalar and not self._value.in_string and c in ",}\n":
-                i -= 1  # a scalar (not what a schema allows, but read it) ends before this
-                self._finish_call()
-                break
-            if self._value.feed(c):
-                self._finish_call()
-                break
-        self._pos = i
-        return i
-
-    def _finish_call(self) -> None:
-        assert self._reading is not None
-        self._reading.complete = True
-
-
 async def grammar_turn(
-    plan: ToolPlan, engine: Engine, constraint: dict[str, Any], *, live: bool
-) -> AsyncIterator[Event]:
+    plan: ToolPlan, transport: Transport, constraint: dict[str, Any], *, live: bool
+) -> AsyncIterator[TurnEvent]:
     """The turn as events, from one engine request under `constraint` (the request's
-    ``structured_outputs``; more requests only to replace an invalid turn, `REGENERATE`)."""
+    ``structured_outputs``; more requests only to replace an invalid turn, `regenerating`)."""
     live = live and plan.exact
     auto = plan.mode == "auto"
     tally = Tally()
     prompt = plan.prompt + ("" if auto else envelope.TOOL_CALL_OPEN)
-    first = plan.body(engine, prompt, tally, structured_outputs=constraint)
+    first = plan.body(prompt, tally, structured_outputs=constraint)
     spent = 0
-    for attempt in range(REGENERATE.attempts):
+
+    async def attempt(n: int) -> AsyncIterator[TurnEvent]:
+        nonlocal spent
         tally.tokens, tally.finish = 0, "stop"
-        parser = TurnParser(list(plan.tools), max_calls=16 if plan.parallel else 1, text=auto)
+        parser = CallReader.tools(list(plan.tools), max_calls=16 if plan.parallel else 1, text=auto)
         held: list[CallEvent] = []
         # what the engine wrote, kept only for the debug line of a turn cut at max_tokens
         raw: list[str] | None = [] if logger.isEnabledFor(logging.DEBUG) else None
-        body = {**first, **REGENERATE.sampling(attempt, plan.temperature)}
-        async for delta in generate(engine, body, tally):
+        body = {**first, **REGENERATE.sampling(n, plan.temperature)}
+        async for delta in generate(transport, body, tally):
             if raw is not None:
                 raw.append(delta)
             for ev in parser.feed(delta):
                 if isinstance(ev, ContentDelta):
-                    if attempt == 0:  # text before a call is never regenerated for
+                    if n == 0:  # text before a call is never regenerated for
                         yield ev
                 elif live:
                     yield ev
                 else:
                     held.append(ev)
         for ev in parser.finish():
-            if attempt == 0:
+            if n == 0:
                 yield ev
         spent += tally.tokens
         if raw is not None and tally.finish == "length":
@@ -318,22 +285,25 @@ async def grammar_turn(
             invalid = sum(1 for _, ps in found if ps) if live else 0
             yield Done(finish, spent, tally.cached, calls=len(calls), invalid=invalid)
             return
-        logger.warning("tool call failed validation (attempt %d): %s", attempt + 1, bad)
-        yield Retry(attempt, bad)
-    raise REGENERATE.exhausted("tool-call arguments")
+        logger.warning("tool call failed validation (attempt %d): %s", n + 1, bad)
+        yield Retry(n, bad)
+
+    async for ev in regenerating("tool-call arguments", attempt):
+        yield ev
 
 
-async def baseline_turn(plan: ToolPlan, engine: Engine) -> AsyncIterator[Event]:
+async def baseline_turn(plan: ToolPlan, transport: Transport) -> AsyncIterator[TurnEvent]:
     """The benchmarks' baseline (``loopstack.constrained: false``): no constraint at all,
     calls read leniently from whatever the model wrote, never validated nor counted."""
     tally = Tally()
     prefix = "" if plan.mode == "auto" else envelope.TOOL_CALL_OPEN
-    body = plan.body(engine, plan.prompt + prefix, tally)
-    text = prefix + "".join([d async for d in generate(engine, body, tally)])
+    body = plan.body(plan.prompt + prefix, tally)
+    text = prefix + "".join([d async for d in generate(transport, body, tally)])
     found = parse_lenient(text)
     if not found:
         yield ContentDelta(text)
     for i, (name, args) in enumerate(found):
         raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
         yield CallEvent(i, new_call_id(), name=name, arguments_delta=raw)
-    yield Done("tool_calls" if found else tally.finish, tally.tokens, tally.cached)
+    finish = "tool_calls" if found else tally.finish
+    yield Done(finish, tally.tokens, tally.cached, checked=False)

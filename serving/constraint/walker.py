@@ -82,7 +82,8 @@ def children(node: Any, *, negated: bool = True) -> Iterator[tuple[str, Any]]:
 
 def walk_paths(schema: Any, *, negated: bool = True) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every subschema of `schema` that is an object, with its path (``""`` for the root),
-    iteratively: depth is bounded (`serving.schema_limits`) but never by Python's stack."""
+    iteratively: depth is bounded (`serving.constraint.schema_limits`) but never by Python's
+    stack."""
     stack: list[tuple[str, Any]] = [("", schema)]
     while stack:
         path, node = stack.pop()

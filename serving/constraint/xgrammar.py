@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from serving import envelope
+from serving.constraint import envelope
 from serving.constraint.backend import BackendName, GrammarBackend, Payload, TurnSpec
 from serving.constraint.walker import map_schema
 

@@ -29,7 +29,7 @@ import openai
 import psutil
 import pytest
 
-from serving.engine_process import port_is_free
+from serving.engine.process import port_is_free
 from tests.integration.conftest import (
     API_KEY,
     GRACE_S,
@@ -71,7 +71,7 @@ def engine_procs(server_pid: int) -> list[psutil.Process]:
 def vllm_api(server_pid: int) -> psutil.Process:
     for p in engine_tree(server_pid):
         cmd = _cmd(p)
-        if "vllm.entrypoints.openai.api_server" in cmd and "serving.launcher" not in cmd:
+        if "vllm.entrypoints.openai.api_server" in cmd and "serving.engine.launcher" not in cmd:
             return p
     raise AssertionError("no vLLM process under the server")
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from serving.config import ServerSettings
-from serving.engine import read_engine_key
+from serving.engine.supervisor import read_engine_key
 from tests.integration.conftest import (
     API_KEY,
     Server,

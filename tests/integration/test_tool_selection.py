@@ -25,6 +25,12 @@ def _create(client: OpenAI, server: Server, messages: list[Any], tools: list[Any
     return raw.headers, raw.parse().choices[0].message
 
 
+def _paris(call: Any) -> bool:
+    """`call` is get_weather for Paris: the call the conversation already made."""
+    city = str(json.loads(call.function.arguments).get("city", ""))
+    return bool(call.function.name == "get_weather" and city.strip().lower().startswith("paris"))
+
+
 def test_ranking_puts_the_right_tool_first_among_ten(client: OpenAI, server: Server) -> None:
     tools = list(golden_tools().values())
     weather = next(t for t in tools if t["function"]["name"] == "get_weather")
@@ -60,12 +66,12 @@ def test_no_repeat_never_returns_the_answered_call(client: OpenAI, server: Serve
             "content": json.dumps({"city": "Paris", "temperature_c": 14, "conditions": "cloudy"}),
         },
     ]
+    # The premise: without the extension this model (temperature 0) repeats the answered call.
+    _, plain = _create(client, server, messages, tools)
+    assert [_paris(c) for c in plain.tool_calls or []][:1] == [True], plain
     _, msg = _create(client, server, messages, tools, no_repeat=True)
-    for call in msg.tool_calls or []:
-        args = json.loads(call.function.arguments)
-        same = str(args.get("city", "")).strip().lower().startswith("paris")
-        assert not (call.function.name == "get_weather" and same), call
-    assert msg.tool_calls or msg.content
+    # With it, the same turn cannot: text, or calls none of which is the answered one.
+    assert not any(_paris(c) for c in msg.tool_calls or []), msg.tool_calls
 
 
 def test_a_request_no_tool_fits_gets_text(client: OpenAI, server: Server) -> None:

@@ -216,7 +216,7 @@ def config(docs: list[dict[str, Any]], name: str) -> dict[str, str]:
 def test_the_topology_is_wired_together(
     rendered: dict[str, list[dict[str, Any]]], overlay: Path
 ) -> None:
-    from serving.hardware import Hardware, vllm_launch
+    from serving.engine.hardware import Hardware, vllm_launch
     from tests.unit.deploy.conftest import container_env
 
     docs = rendered[str(overlay.relative_to(ROOT))]

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from serving.api import build_app
-from serving.engine import VLLMEngine
+from serving.engine.supervisor import VLLMEngine
+from serving.http.app import build_app
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import chat_body
 
@@ -68,7 +68,7 @@ async def wired() -> AsyncIterator[tuple[httpx.AsyncClient, FakeRouter]]:
     router = FakeRouter()
     engine = VLLMEngine([], env={}, port=0, model_name=MODEL, base_url="http://router.test")
     await engine._client.aclose()
-    engine._client = httpx.AsyncClient(
+    engine._client = engine.transport.client = httpx.AsyncClient(
         transport=httpx.MockTransport(router), base_url="http://router.test"
     )
     await engine.start()  # the router answers /health: the layer starts and listens
@@ -167,7 +167,7 @@ async def test_a_stalled_engine_makes_health_unready_within_the_deadline() -> No
         [], env={}, port=0, model_name=MODEL, base_url="http://router.test", health_timeout_s=0.3
     )
     await engine._client.aclose()
-    engine._client = httpx.AsyncClient(
+    engine._client = engine.transport.client = httpx.AsyncClient(
         transport=httpx.MockTransport(router), base_url="http://router.test"
     )
     await engine.start()

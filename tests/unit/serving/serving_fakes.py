@@ -10,15 +10,15 @@ from typing import Any
 
 import httpx
 
-from serving.admission import Admission
-from serving.api import AppState, build_app
-from serving.chat import ChatService
 from serving.config import DEFAULT_BACKEND, BackendName
 from serving.constraint.backend import ConstraintBackend
 from serving.constraint.factory import make_backend
 from serving.embeddings import EmbeddingService
 from serving.exceptions import UpstreamError
-from serving.limits import Limits
+from serving.http.admission import Admission
+from serving.http.app import AppState, build_app
+from serving.http.chat import ChatService
+from serving.http.limits import Limits
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
 
@@ -66,7 +66,7 @@ ARGS_KEY = '"arguments": '
 
 
 class FakeEngine:
-    """vLLM-shaped answers from scripts.
+    """vLLM-shaped answers from scripts: an engine whose transport is itself (`send`).
 
     `free` / `constrained`: texts for /v1/completions without / with ``structured_outputs``;
     each request takes the next one (the last one repeats). Under a grammar backend's
@@ -107,7 +107,19 @@ class FakeEngine:
     async def metrics_text(self) -> str:
         return ENGINE_METRICS
 
-    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    @property
+    def transport(self) -> FakeEngine:
+        return self
+
+    async def send(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        """The one transport method: a stream when the body asks for one, else the answer."""
+        if body.get("stream"):
+            async for line in self._stream(path, body):
+                yield line
+            return
+        yield json.dumps(await self._post(path, body)).encode()
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         await self._enter(path, body)
         if path == "/v1/chat/completions":
             return self._chat_response(body)
@@ -123,7 +135,7 @@ class FakeEngine:
             "usage": {"prompt_tokens": 10, "completion_tokens": len(self._pieces(text))},
         }
 
-    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
         await self._enter(path, body)
         finished = False
         try:

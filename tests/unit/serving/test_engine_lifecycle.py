@@ -21,13 +21,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serving import engine as engine_mod
-from serving.engine import Backoff, VLLMEngine, read_engine_key
-from serving.engine_process import ensure_port_free, port_is_free
+from serving.engine import supervisor as engine_mod
+from serving.engine.process import ensure_port_free, port_is_free
+from serving.engine.supervisor import Backoff, VLLMEngine, read_engine_key
+from serving.engine.transport import collect
 from serving.exceptions import EnginePortInUse, EngineStartError, EngineUnavailable
 from tests.ports import free_port
 from tests.unit.serving.serving_fakes import MODEL as FAKE_MODEL
 from tests.unit.serving.serving_fakes import Harness
+
+COMPLETIONS = "/v1/completions"
 
 FAKE = str(Path(__file__).with_name("fake_vllm.py"))
 ROOT = str(Path(__file__).resolve().parents[3])
@@ -112,7 +115,7 @@ async def test_start_proves_identity_and_stop_kills_the_group(tmp_path: Path) ->
         key = read_engine_key(tmp_path / "run", port)
         assert key and (tmp_path / "run" / f"engine-{port}.key").stat().st_mode & 0o077 == 0
         assert key not in " ".join(" ".join(psutil.Process(p).cmdline()) for p in pids)
-        assert (await engine.post("/v1/completions", {"prompt": "x"}))["model"] == MODEL
+        assert (await collect(engine.transport, COMPLETIONS, {"prompt": "x"}))["model"] == MODEL
     finally:
         await engine.stop()
     assert all_gone(pids, 3) is not None
@@ -165,12 +168,12 @@ async def test_watchdog_restarts_a_killed_engine_and_never_closes_the_client(
         while not await engine.healthy():
             assert time.monotonic() < deadline, "no recovery"
             with contextlib.suppress(EngineUnavailable):
-                await engine.post("/v1/completions", {"prompt": "x"})
+                await collect(engine.transport, COMPLETIONS, {"prompt": "x"})
                 continue
             seen_unavailable = True
             await asyncio.sleep(0.05)
         assert seen_unavailable and engine.restarts == 1
-        assert (await engine.post("/v1/completions", {"prompt": "x"}))["model"] == MODEL
+        assert (await collect(engine.transport, COMPLETIONS, {"prompt": "x"}))["model"] == MODEL
         assert len(pid_log.read_text().split()) == 4  # a second, new engine
     finally:
         watchdog.cancel()
@@ -218,7 +221,7 @@ async def test_a_restart_that_times_out_is_retried_with_more_time(
         failed = [r.getMessage() for r in caplog.records if "restart attempt" in r.getMessage()]
         assert len(failed) == 1 and "did not become healthy in 0.3 s" in failed[0], failed
         assert time.monotonic() - started > 0.3
-        assert (await engine.post("/v1/completions", {"prompt": "x"}))["model"] == MODEL
+        assert (await collect(engine.transport, COMPLETIONS, {"prompt": "x"}))["model"] == MODEL
     finally:
         await engine.stop()
 
@@ -238,7 +241,7 @@ SERVER_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {root!r})
-    from serving.engine_process import EngineProcess
+    from serving.engine.process import EngineProcess
     proc = EngineProcess.spawn({argv!r}, env={{}}, grace_s=1.0)
     print(proc.pid, flush=True)
     time.sleep(600)
@@ -334,7 +337,7 @@ def test_sigterm_ends_a_server_whose_event_loop_is_stuck(tmp_path: Path) -> None
 def test_the_offline_gguf_is_hashed_before_reuse_and_stamped(tmp_path: Path) -> None:
     import hashlib
 
-    from serving.model_store import assemble_parts, verified
+    from serving.engine.model_store import assemble_parts, verified
 
     parts = [tmp_path / "p1", tmp_path / "p2"]
     parts[0].write_bytes(b"a" * 1000)
@@ -363,7 +366,7 @@ async def test_router_answers_503_with_retry_after_while_the_engine_restarts(
     async def restarting(path: str, body: dict[str, object]) -> dict[str, object]:
         raise EngineUnavailable("the engine is restarting", retry_after_s=5)
 
-    monkeypatch.setattr(harness.engine, "post", restarting)
+    monkeypatch.setattr(harness.engine, "_post", restarting)
     body = {"model": FAKE_MODEL, "prompt": "x", "max_tokens": 3}
     r = await harness.client.post("/v1/completions", json=body)
     assert r.status_code == 503 and r.headers["retry-after"] == "5"
@@ -391,7 +394,7 @@ FULL_APP = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from fastapi import FastAPI
     from fastapi.responses import StreamingResponse
-    from serving.engine import VLLMEngine
+    from serving.engine.supervisor import VLLMEngine
     from serving.server import ShutdownBudget, run_bounded
 
     engine = VLLMEngine(
@@ -412,7 +415,7 @@ FULL_APP = textwrap.dedent(
 
     @app.get("/stream")
     async def stream():
-        lines = engine.stream("/v1/completions", {{"stream": True, "max_tokens": 100000}})
+        lines = engine.transport.send("/v1/completions", {{"stream": True, "max_tokens": 100000}})
         return StreamingResponse((line + b"\\n\\n" async for line in lines))
 
     run_bounded(app, engine, "127.0.0.1", {port}, {grace}, keep_alive_s=5)

@@ -15,7 +15,7 @@ from serving.config import GPU_DEFAULT, ServerSettings
 from serving.constraint.backend import TurnSpec
 from serving.constraint.factory import make_backend
 from serving.constraint.sandbox import COMPILE_BUDGET, worker_facts
-from serving.hardware import (
+from serving.engine.hardware import (
     CudaDriverTooOld,
     Hardware,
     check_cuda_driver,
@@ -24,7 +24,7 @@ from serving.hardware import (
     torch_cuda_version,
     vllm_launch,
 )
-from serving.model_files import ModelFacts, facts_from_config, read_facts, tokenizer_folder
+from serving.engine.model_files import ModelFacts, facts_from_config, read_facts, tokenizer_folder
 
 # Qwen2.5-7B-Instruct's config.json, the fields that matter here
 QWEN_7B = {

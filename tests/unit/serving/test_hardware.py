@@ -4,7 +4,7 @@ the KV cache is sized from RAM."""
 from __future__ import annotations
 
 from serving.config import ServerSettings
-from serving.hardware import Hardware, cpu_dtype, vllm_launch
+from serving.engine.hardware import Hardware, cpu_dtype, vllm_launch
 
 
 def _cpu(*flags: str) -> Hardware:

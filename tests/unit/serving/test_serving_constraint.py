@@ -18,14 +18,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from serving.constraint.schema_regex import (
-    CompiledSchema,
-    compile_schema,
-    int_range_regex,
-    number_range_regex,
-    regex_literal,
-    tool_call_regex,
-)
+from serving.constraint.patterns import int_range_regex, number_range_regex, regex_literal
+from serving.constraint.schema_regex import CompiledSchema, compile_schema, tool_call_regex
 from serving.exceptions import InvalidRequest
 
 

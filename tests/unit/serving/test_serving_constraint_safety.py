@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from bench.serving.hostile import BACKTRACKING_PATTERN, call_like_text, defs_chain, loop_lag
+from serving.constraint.calltext import CallReader
 from serving.constraint.regexes import AutomatonProbe, RegexSchemas, SchemaCompiler
 from serving.constraint.schema_regex import compile_schema
 from serving.exceptions import InvalidRequest
-from serving.toolcalls import IntentDetector
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import WEATHER, chat_body
 
@@ -100,23 +100,24 @@ def test_patterns_are_read_as_ecma_262() -> None:
 
 # --------------------------------------------------------------------------- intent detector
 @pytest.mark.timeout(60)  # a regression hangs: fail instead
-def test_intent_detector_scans_incrementally() -> None:
+def test_the_call_reader_scans_free_text_incrementally() -> None:
     text = call_like_text(32000)  # call-like, never a call: was 14 s+, quadratic
-    d = IntentDetector()
+    d = CallReader.intent()
     started = time.perf_counter()
     for i in range(0, len(text), 4):
-        safe, intent = d.feed(text[i : i + 4])
-        assert intent is None
+        d.feed(text[i : i + 4])
+        assert d.found is None
     assert time.perf_counter() - started < 2
-    assert safe >= len(text) - 20
+    assert d.sent >= len(text) - 20
 
 
-def test_intent_detector_still_finds_a_call_after_a_long_prefix() -> None:
-    d = IntentDetector()
+def test_the_call_reader_still_finds_a_call_after_a_long_prefix() -> None:
+    d = CallReader.intent()
     for _ in range(2000):
-        assert d.feed("word {braces} `tick` <b> ")[1] is None
-    _, intent = d.feed('\n{"name": "f", ')
-    assert intent is not None and intent.text_before.endswith("<b>")
+        d.feed("word {braces} `tick` <b> ")
+        assert d.found is None
+    d.feed('\n{"name": "f", ')
+    assert d.found is not None and d.text[: d.found].rstrip().endswith("<b>")
 
 
 # --------------------------------------------------------------------------- admission

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from serving.exceptions import error_body
-from serving.limits import EdgeGuard, Limits, key_matches
+from serving.http.limits import EdgeGuard, Limits, key_matches
 from serving.protocol import MAX_JSON_DEPTH
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import (

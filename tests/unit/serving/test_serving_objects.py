@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from outlines_core.json_schema import build_regex_from_schema
 
+from serving.constraint.patterns import json_value_regex
 from serving.constraint.schema_regex import FREE_FORM_DEPTH, compile_schema
 from serving.exceptions import InvalidRequest
-from serving.patterns import json_value_regex
 
 CORPUS = Path(__file__).parents[3] / "bench" / "corpus" / "tool_schemas.jsonl"
 VALUES = {"a": 1, "b": "x", "c": True, "d": None}

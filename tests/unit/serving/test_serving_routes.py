@@ -16,9 +16,9 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.types import Message
 
-from serving.api import build_app
 from serving.exceptions import InvalidRequest
-from serving.routes import CLIENT_CLOSED_REQUEST, router, with_cancellation
+from serving.http.app import build_app
+from serving.http.routes import CLIENT_CLOSED_REQUEST, router, with_cancellation
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import chat_body, post_chat
 

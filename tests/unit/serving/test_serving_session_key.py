@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from serving.config import DEFAULT_BACKEND
-from serving.engine import VLLMEngine
+from serving.engine.supervisor import VLLMEngine
 from tests.unit.serving.serving_fakes import FakeEngine, Harness
 from tests.unit.serving.serving_helpers import ADD, PARIS, WEATHER, call, chat_body, sse_events
 
@@ -33,8 +33,8 @@ class RecordingVLLM:
         body: dict[str, Any] = json.loads(request.content)
         self.seen.append((request.url.path, request.headers.get(HEADER)))
         if not body.get("stream"):
-            return httpx.Response(200, json=await self.script.post(request.url.path, body))
-        lines = [line async for line in self.script.stream(request.url.path, body)]
+            return httpx.Response(200, json=await self.script._post(request.url.path, body))
+        lines = [line async for line in self.script._stream(request.url.path, body)]
         return httpx.Response(200, content=b"\n\n".join(lines) + b"\n\n")
 
 
@@ -48,7 +48,7 @@ async def wired(
     vllm = RecordingVLLM()
     engine = VLLMEngine([], env={}, port=0, model_name="engine", base_url="http://router.test")
     await engine._client.aclose()
-    engine._client = httpx.AsyncClient(
+    engine._client = engine.transport.client = httpx.AsyncClient(
         transport=httpx.MockTransport(vllm), base_url="http://router.test"
     )
     h.state.engine = engine

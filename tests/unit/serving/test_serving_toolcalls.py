@@ -1,4 +1,4 @@
-"""serving.toolcalls: the incremental call parser, lenient parsing and auto-mode intent."""
+"""serving.constraint.calltext: the incremental call reader, lenient parsing, auto intent."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from serving.toolcalls import (
-    CallStreamParser,
-    IntentDetector,
+from serving.constraint.calltext import (
+    CallEvent,
+    CallReader,
+    ContentDelta,
     new_call_id,
     parse_lenient,
 )
@@ -32,12 +33,18 @@ TRICKY_ARGS = [
 ]
 
 
-def feed_all(chunks: list[str]) -> tuple[CallStreamParser, list[Any]]:
-    parser = CallStreamParser()
+def feed_all(chunks: list[str]) -> tuple[CallReader, list[Any]]:
+    parser = CallReader.calls_of_any_name()
     events = []
     for ch in chunks:
         events += parser.feed(ch)
     return parser, events
+
+
+def calls_only(events: list[ContentDelta | CallEvent]) -> list[CallEvent]:
+    """The events, each a call event (constrained call text has no content)."""
+    assert all(isinstance(e, CallEvent) for e in events), events
+    return [e for e in events if isinstance(e, CallEvent)]
 
 
 def random_chunks(text: str, rng: random.Random) -> list[str]:
@@ -49,7 +56,7 @@ def random_chunks(text: str, rng: random.Random) -> list[str]:
     return out
 
 
-def summary(parser: CallStreamParser) -> list[tuple[int, str, str, bool]]:
+def summary(parser: CallReader) -> list[tuple[int, str, str, bool]]:
     return [(c.index, c.name, c.arguments, c.complete) for c in parser.calls]
 
 
@@ -89,12 +96,12 @@ def test_parallel_calls_any_chunking() -> None:
 
 
 def test_name_is_announced_before_the_arguments_end() -> None:
-    parser = CallStreamParser()
+    parser = CallReader.calls_of_any_name()
     assert parser.feed('{"name": "get_wea') == []
-    events = parser.feed('ther", "arguments": {"ci')
+    events = calls_only(parser.feed('ther", "arguments": {"ci'))
     assert [(e.name, e.arguments_delta) for e in events] == [("get_weather", ""), (None, '{"ci')]
     assert not parser.calls[0].complete
-    events = parser.feed('ty": "}"}')
+    events = calls_only(parser.feed('ty": "}"}'))
     assert [e.arguments_delta for e in events] == ['ty": "}"}']
     assert parser.calls[0].complete and parser.calls[0].arguments == '{"city": "}"}'
 
@@ -147,16 +154,18 @@ def test_parse_lenient(text: str, expected: list[tuple[str, Any]]) -> None:
 
 
 # --------------------------------------------------------------------------- intent detection
-def stream(detector: IntentDetector, chunks: list[str]) -> tuple[str, Any]:
-    """Feed chunks; return (text released before any intent, the intent or None)."""
+def stream(detector: CallReader, chunks: list[str]) -> tuple[str, str | None]:
+    """Feed chunks; return (text released before any call start, the text before the call
+    start - or None when none started)."""
     released = ""
     for ch in chunks:
-        safe, intent = detector.feed(ch)
+        detector.feed(ch)
+        safe = detector.sent
         assert safe >= len(released), "released text must never be taken back"
         assert detector.text.startswith(released)
         released = detector.text[:safe]
-        if intent is not None:
-            return released, intent
+        if detector.found is not None:
+            return released, detector.text[: detector.found].rstrip()
     return released, None
 
 
@@ -174,7 +183,7 @@ def stream(detector: IntentDetector, chunks: list[str]) -> tuple[str, Any]:
 )
 def test_plain_text_is_released_in_full(text: str) -> None:
     for chunks in [[text], list(text), random_chunks(text, random.Random(7))]:
-        d = IntentDetector()
+        d = CallReader.intent()
         released, intent = stream(d, chunks)
         assert intent is None
         assert d.text == text
@@ -201,60 +210,60 @@ def test_call_starts_trigger_intent(before: str, marker: str) -> None:
     body = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
     text = before + marker + body
     for chunks in [[text], list(text), random_chunks(text, random.Random(3))]:
-        d = IntentDetector()
+        d = CallReader.intent()
         released, intent = stream(d, chunks)
         assert intent is not None, text
-        assert intent.text_before == before
+        assert intent == before
         assert released.rstrip() == before  # nothing of the call leaked as content
 
 
 def test_fence_with_spaces_before_the_name_triggers() -> None:
-    d = IntentDetector()
+    d = CallReader.intent()
     _, intent = stream(d, list('Ok:\n```json\n{\n  "name": "f"'))
-    assert intent is not None and intent.text_before == "Ok:"
+    assert intent is not None and intent == "Ok:"
 
 
 def test_python_fence_does_not_trigger_and_is_released() -> None:
     text = 'Here you go:\n```python\ndef f():\n    return {"name": 1}\n```\n'
-    d = IntentDetector()
+    d = CallReader.intent()
     released, intent = stream(d, list(text))
     assert intent is None
     assert released + "```\n" == text  # a closing fence could still open a ```\n{"name"
 
 
 def test_partial_tool_call_tag_is_held_back() -> None:
-    d = IntentDetector()
+    d = CallReader.intent()
     released, intent = stream(d, list("Hello <tool_"))
     assert intent is None and released == "Hello "
     released, intent = stream(d, ["call>"])
-    assert intent is not None and intent.text_before == "Hello"
+    assert intent is not None and intent == "Hello"
     assert released == "Hello "
 
 
 def test_held_back_tail_is_released_when_it_turns_out_harmless() -> None:
-    d = IntentDetector()
+    d = CallReader.intent()
     assert stream(d, list("a <to")) == ("a ", None)
     released, intent = stream(d, list("ol> b"))
     assert intent is None and released == "a <tool> b"
-    d = IntentDetector()
+    d = CallReader.intent()
     assert stream(d, list("```")) == ("", None)
     released, intent = stream(d, list("bash\nls\n"))
     assert intent is None and released == "```bash\nls\n"
 
 
 def test_brace_mid_sentence_is_not_held_forever() -> None:
-    d = IntentDetector()
+    d = CallReader.intent()
     text = 'The object {"name": "x"} is an example, not a call. Anything else?'
     released, intent = stream(d, list(text))
     assert intent is None
     assert released == text
-    d = IntentDetector()
+    d = CallReader.intent()
     released, intent = stream(d, list("Use {braces} freely and go on"))
     assert intent is None and released == "Use {braces} freely and go on"
 
 
 def test_line_start_brace_is_held_until_it_is_clearly_not_a_call() -> None:
-    d = IntentDetector()
+    d = CallReader.intent()
     released, _ = stream(d, list('Result:\n{"na'))
     assert released == "Result:\n"
     released, intent = stream(d, list('me_of_thing": 1}\nbye'))
@@ -266,8 +275,8 @@ def test_a_call_after_an_inline_example_still_triggers() -> None:
     for marker in ["<tool_call>\n", ""]:
         text = 'Calls look like {"name": x}.\n' + marker + '{"name": "f", "arguments": {"a": 1}}'
         for chunks in [[text], list(text)]:
-            d = IntentDetector()
+            d = CallReader.intent()
             released, intent = stream(d, chunks)
             assert intent is not None, (marker, chunks[:1])
-            assert intent.text_before == 'Calls look like {"name": x}.'
+            assert intent == 'Calls look like {"name": x}.'
             assert "arguments" not in released

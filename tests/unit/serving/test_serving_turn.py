@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from serving.constraint.backend import ConstraintBackend, TurnSpec
+from serving.constraint.calltext import CallReader, ContentDelta
+from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, stem_groups
 from serving.constraint.factory import make_backend
 from serving.constraint.guidance import lark_grammar
-from serving.constraint.turn import ContentDelta, TurnParser
 from serving.constraint.walker import exact_for_grammar
 from serving.constraint.xgrammar import structural_tag
-from serving.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, stem_groups
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import (
     ADD,
@@ -39,7 +39,7 @@ CODE_BLOCK = 'Here:\n```json\n{\n  "name": "Ann",\n  "arguments": 3\n}\n```\nDon
 
 
 def parse(text: str, *, chunk: int = 0, max_calls: int = 16) -> tuple[str, list[Any]]:
-    p = TurnParser(list(PARAMS), max_calls=max_calls)
+    p = CallReader.tools(list(PARAMS), max_calls=max_calls)
     events = []
     for piece in [text[i : i + chunk] for i in range(0, len(text), chunk)] if chunk else [text]:
         events += p.feed(piece)
@@ -72,7 +72,7 @@ def test_parser_reads_parallel_tagged_calls_and_honours_max_calls() -> None:
 
 
 def test_parser_marks_a_cut_off_call_incomplete() -> None:
-    p = TurnParser(["add"], max_calls=4)
+    p = CallReader.tools(["add"], max_calls=4)
     p.feed('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b"')
     assert len(p.calls) == 1 and not p.calls[0].complete
 

@@ -1,11 +1,11 @@
-"""Tool ranking (serving.tool_rank) with the hashing embedder: no model needed."""
+"""Tool ranking (serving.selection.rank) with the hashing embedder: no model needed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from memory.embedding import HashingEmbedder
-from serving.tool_rank import ToolRanker, tool_document, tool_key
+from serving.selection.rank import ToolRanker, tool_document, tool_key
 
 
 def tool(name: str, description: str, **params: Any) -> dict[str, Any]:

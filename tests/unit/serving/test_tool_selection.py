@@ -1,4 +1,4 @@
-"""Tool selection on the server (serving.tool_selection): ranked tools (`loopstack.tool_rank`),
+"""Tool selection on the server (serving.selection.requests): ranked tools (`loopstack.tool_rank`),
 no identical repeat (`loopstack.no_repeat`) and the repair of self-contradicting schemas."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from memory.embedding import HashingEmbedder
 from serving.constraint.backend import TurnSpec
 from serving.constraint.factory import make_backend
 from serving.constraint.guidance import lark_grammar
-from serving.schema_limits import repair_schema
-from serving.tool_rank import ToolRanker
-from serving.tool_selection import excluding, executed_calls
+from serving.constraint.no_repeat import excluding, executed_calls
+from serving.constraint.schema_limits import repair_schema
+from serving.selection.rank import ToolRanker
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import ADD, WEATHER, call, post_chat
 
@@ -296,7 +296,7 @@ async def test_a_repaired_tool_is_served_and_says_so(guidance: Harness) -> None:
 
 
 async def test_abstain_puts_the_rule_in_the_system_message(guidance: Harness) -> None:
-    from serving.tool_selection import ABSTAIN_RULE
+    from serving.selection.requests import ABSTAIN_RULE
 
     h = guidance
     h.engine.constrained = ["A book: {}"]

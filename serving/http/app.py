@@ -1,7 +1,7 @@
 """The app: `build_app` puts the serving objects on ``app.state``, includes the routes
-(`serving.routes`: a module-level router, one handler per endpoint, disconnects cancel the
+(`serving.http.routes`: a module-level router, one handler per endpoint, disconnects cancel the
 generation) and wraps them in what every request goes through - auth and the body limit
-(`serving.limits.EdgeGuard`), trace ids with request metrics and access log
+(`serving.http.limits.EdgeGuard`), trace ids with request metrics and access log
 (`TraceMiddleware`), and the exception handlers that answer every error with the OpenAI
 error body (`serving.exceptions.error_body`)."""
 
@@ -12,19 +12,19 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import ServingError, error_body
-from serving.limits import EdgeGuard
+from serving.http.limits import EdgeGuard
+from serving.http.routes import AppState, router
 from serving.metrics import Metrics
-from serving.routes import AppState, router
 
 __all__ = ["AppState", "TraceIdFilter", "TraceMiddleware", "build_app", "trace_id_var"]
 
@@ -144,14 +144,18 @@ ERROR_ANSWERS: dict[int | type[Exception], _ErrorAnswer] = {
 }
 
 
-def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
-    """The app: `state` on ``app.state.loopstack``, the routes of `serving.routes.router`,
-    the middleware and the exception handlers."""
+def build_app(
+    state: AppState, *, lifespan: Any = None, routers: Sequence[APIRouter] = ()
+) -> FastAPI:
+    """The app: `state` on ``app.state.loopstack``, the routes of `serving.http.routes.router`
+    and of `routers` (more wire APIs' front-ends), the middleware and the exception
+    handlers."""
     app = FastAPI(
         title="loopstack", version="0.1.0", lifespan=lifespan, exception_handlers=ERROR_ANSWERS
     )
     app.state.loopstack = state
-    app.include_router(router)
+    for each in (router, *routers):
+        app.include_router(each)
     # Pure ASGI middlewares: @app.middleware("http") would wrap `receive` and keep client
     # disconnects from the routes' `with_cancellation`, so aborts would never happen. The
     # last one added runs first: trace ids and metrics see every answer, the guard's 401/413

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serving.config import setting_default
 from serving.exceptions import AuthenticationFailed, InvalidRequest, PayloadTooLarge, RequestError
 from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 
@@ -32,15 +33,16 @@ _BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 @dataclass(frozen=True)
 class Limits:
-    """The configurable bounds (``LOOPSTACK_MAX_*`` settings, unpacked in `serving.server`)."""
+    """The configurable bounds (the ``LOOPSTACK_MAX_*`` settings of the same names, unpacked
+    in `serving.server`; their defaults declared there, in `ServerSettings`)."""
 
-    max_request_bytes: int = 8 * 1024 * 1024
-    max_messages: int = 2048
-    max_tools: int = 128
-    max_stop: int = 16
-    max_prompts: int = 64
-    max_embedding_inputs: int = 2048
-    max_embedding_input_chars: int = 8192
+    max_request_bytes: int = setting_default("max_request_bytes")
+    max_messages: int = setting_default("max_messages")
+    max_tools: int = setting_default("max_tools")
+    max_stop: int = setting_default("max_stop")
+    max_prompts: int = setting_default("max_prompts")
+    max_embedding_inputs: int = setting_default("max_embedding_inputs")
+    max_embedding_input_chars: int = setting_default("max_embedding_input_chars")
 
 
 # --------------------------------------------------------------------------- parsed requests

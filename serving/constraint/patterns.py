@@ -4,7 +4,8 @@
   can hold unescaped (and ECMA-262's ASCII ``\\d``/``\\w``);
 * `int_range_regex` / `number_range_regex` - exactly the numbers inside ``minimum``/
   ``maximum`` (outlines_core ignores numeric bounds);
-* `json_value_regex` - any JSON value, object or array, to a nesting depth.
+* `json_value_regex` - any JSON value, object or array, to a nesting depth;
+* `regex_literal` - text as a regex; `require_regex_text` - a client's regex within bounds.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from __future__ import annotations
 import json
 import re
 
+from serving.exceptions import InvalidRequest
+
+# A sanity bound on the regex text itself (vLLM parses it with Python's `re` first). What a
+# regex costs to compile is its automaton, measured by `serving.constraint.regexes.AutomatonProbe`.
+MAX_REGEX_CHARS = 200_000
 STRING_CHAR = r'[^"\\\x00-\x1F\x7F-\x9F]'
 # JSON Schema patterns are ECMA-262: \d and \w are ASCII. vLLM's (Rust) engine reads them as
 # Unicode, whose automaton is far larger (a 650-character regex with four \w{8} took 2.7 s).
@@ -302,3 +308,22 @@ def _same_length(a: str, b: str) -> list[str]:
     if tail_hi:
         out += [b[0] + p for p in _same_length("0" * n, b[1:])]
     return out
+
+
+def regex_literal(text: str) -> str:
+    """Escape `text` for the regex dialect Outlines understands."""
+    special = set(r"\.^$|?*+()[]{}/")
+    return "".join("\\" + c if c in special else c for c in text)
+
+
+def require_regex_text(regex: object, what: str) -> str:
+    """A client's regex as text within bounds, or InvalidRequest (400)."""
+    if not isinstance(regex, str) or not regex:
+        raise InvalidRequest(f"{what} must be a non-empty string", param=what)
+    if len(regex) > MAX_REGEX_CHARS:
+        raise InvalidRequest(
+            f"{what} is too long ({len(regex):,} characters, limit {MAX_REGEX_CHARS:,})",
+            param=what,
+            code="schema_too_complex",
+        )
+    return regex

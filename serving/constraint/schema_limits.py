@@ -26,17 +26,24 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from serving.config import setting_default
 from serving.constraint.walker import walk, walk_paths
 from serving.exceptions import InvalidRequest
 
 HUGE_BOUND = 10**20  # beyond int64: a bound past it is left to validation, or refused
 
 
+# The setting each limit is read from (`LOOPSTACK_MAX_SCHEMA_*`, defaults declared there).
+SETTINGS = {"max_depth": "max_schema_depth", "max_nodes": "max_schema_nodes",
+            "max_ref_chain": "max_schema_ref_chain"}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class SchemaLimits:
-    max_depth: int = 48  # JSON nesting levels (a property's schema is 2 below its object)
-    max_nodes: int = 20_000
-    max_ref_chain: int = 16
+    # JSON nesting levels (a property's schema is 2 below its object)
+    max_depth: int = setting_default(SETTINGS["max_depth"])
+    max_nodes: int = setting_default(SETTINGS["max_nodes"])
+    max_ref_chain: int = setting_default(SETTINGS["max_ref_chain"])
 
 
 _BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")

@@ -22,12 +22,14 @@ which compiles it first in its sandbox, as it does a turn's constraint:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from serving.constraint.backend import ConstraintBackend
-from serving.constraint.schema_regex import regex_literal, require_regex_text
+from serving.constraint.patterns import regex_literal, require_regex_text
 from serving.constraint.schemas import CompiledSchema
 from serving.exceptions import InvalidRequest
+
+if TYPE_CHECKING:
+    from serving.constraint.backend import ConstraintBackend
 
 LEGACY = ("guided_regex", "guided_json", "guided_choice", "guided_grammar")
 REFUSED_TOP = ("guided_whitespace_pattern", "guided_decoding_backend", "structural_tag")

@@ -1,7 +1,7 @@
-"""The engine's process: started through `serving.launcher`, owned, and killed as a group.
+"""The engine's process: started through `serving.engine.launcher`, owned, and killed as a group.
 
-`EngineProcess` starts ``python -m serving.launcher --parent <our pid> -- <vLLM argv>`` in a new
-session, so the launcher leads a process group holding vLLM and everything vLLM spawns. The
+`EngineProcess` starts ``python -m serving.engine.launcher --parent <our pid> -- <vLLM argv>``
+in a new session, so the launcher leads a process group holding vLLM and everything vLLM spawns. The
 server never signals vLLM directly: it signals that group (``SIGTERM``, then ``SIGKILL`` after a
 bounded wait). If the server dies without a word, the launcher notices and does the same.
 
@@ -31,12 +31,12 @@ from serving.exceptions import EnginePortInUse
 
 logger = logging.getLogger(__name__)
 
-# `python -m serving.launcher`, importing it from the tree this server runs from (installed or
-# not), without putting that tree on the engine's own import path.
-_ROOT = str(Path(__file__).resolve().parent.parent)
+# `python -m serving.engine.launcher`, importing it from the tree this server runs from
+# (installed or not), without putting that tree on the engine's own import path.
+_ROOT = str(Path(__file__).resolve().parents[2])
 _LAUNCH = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "import serving.launcher as m; sys.exit(m.main())"
+    "import serving.engine.launcher as m; sys.exit(m.main())"
 )
 
 

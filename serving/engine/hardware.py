@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serving.config import GPU_DEFAULT, OFFLINE_DEFAULT, CpuDtype, ServerSettings
-from serving.model_files import ModelFacts, read_facts
+from serving.engine.model_files import ModelFacts, read_facts
 
 logger = logging.getLogger(__name__)
 

@@ -34,8 +34,6 @@ ARGUMENTS_LEAD = r'[ \t\n]{0,16},[ \t\n]{0,16}"arguments"[ \t\n]{0,16}:[ \t\n]{0
 # After a call's arguments in free text: the envelope's brace, a closing fence (bounded).
 CALL_TAIL = r"[ \t\n]{0,16}\}?[ \t\n]{0,16}(```)?[ \t\n]{0,16}"
 _NAME_SPACINGS = (": ", ":")
-# Any head, any name: for text that no constraint shaped (the benchmark's baseline).
-ANY_HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
 
 def quoted(name: str) -> str:

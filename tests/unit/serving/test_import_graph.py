@@ -1,0 +1,83 @@
+"""serving/'s import graph: no module imports in a circle, and no subpackage (or shared
+module) imports a sibling that imports it back - imports only run down the layers
+(leaves < engine < constraint < prompt, embeddings, selection < http < server). Read from
+the source (module-level imports; those under ``if TYPE_CHECKING:`` are for the type
+checker only)."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SERVING = Path(__file__).resolve().parents[3] / "serving"
+LEAVES = {"serving.config", "serving.exceptions", "serving.metrics", "serving.protocol"}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SERVING.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _unit(module: str) -> str:
+    """The subpackage (``serving.http``) or top-level module a module belongs to."""
+    parts = module.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and (SERVING / parts[1]).is_dir()):
+        return ".".join(parts[:2])
+    return module
+
+
+def _imports() -> dict[str, set[str]]:
+    modules = {_module(p) for p in SERVING.rglob("*.py")}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in SERVING.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("serving"):
+                assert node.module is not None
+                for alias in node.names:  # `from serving.constraint import envelope`
+                    sub = f"{node.module}.{alias.name}"
+                    graph[_module(path)].add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                graph[_module(path)] |= {a.name for a in node.names if a.name.startswith("serving")}
+    return graph
+
+
+def test_no_module_imports_in_a_circle() -> None:
+    graph = _imports()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph.get(module, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_imports_only_run_down_the_layers() -> None:
+    units: dict[str, set[str]] = defaultdict(set)
+    for module, targets in _imports().items():
+        for target in targets:
+            if _unit(target) != _unit(module):
+                units[_unit(module)].add(_unit(target))
+    back = sorted((a, b) for a in units for b in units[a] if a in units.get(b, set()))
+    assert back == []
+    for leaf in LEAVES:
+        assert not units.get(leaf), (leaf, units.get(leaf))
+    assert units["serving.engine"] <= LEAVES  # the engine knows nothing above it
+    assert "serving.http" not in set().union(*(units[u] for u in units if u != "serving.server"))
+    assert {"serving.http", "serving.engine", "serving.constraint", "serving.selection"} <= set(
+        units
+    )
