@@ -31,7 +31,14 @@ from fastapi import FastAPI
 from serving.config import ServerSettings, unpack
 from serving.constraint.factory import backend_from_settings
 from serving.embeddings import EmbeddingService
-from serving.engine.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
+from serving.engine.cpu_report import cpu_report
+from serving.engine.hardware import (
+    check_cuda_driver,
+    cpu_dtype,
+    default_model,
+    detect_hardware,
+    vllm_launch,
+)
 from serving.engine.model_files import tokenizer_folder
 from serving.engine.model_store import resolve_model
 from serving.engine.process import ensure_port_free
@@ -96,13 +103,23 @@ def create_app(settings: ServerSettings) -> FastAPI:
     if settings.engine_url is None:  # refuse before loading anything
         ensure_port_free(settings.engine_port_resolved())
     hw = detect_hardware(settings.device)
-    logger.info("hardware: %s", hw)
+    logger.info(
+        "hardware: %s, %d CPUs, %.1f GiB, %d GPUs",
+        hw.device,
+        hw.cpu_count,
+        hw.mem_gib,
+        hw.gpu_count,
+    )
     if hw.device == "cuda" and settings.engine_url is None:
         check_cuda_driver()  # before anything is loaded: a clear error, not vLLM's deep one
     model = resolve_model(settings.model, settings.home, default_for_device=default_model(hw))
     tokenizer = BackgroundTokenizer(functools.partial(_load_tokenizer, model.path_or_id))
     name = settings.served_model_name or model.name
     launch = vllm_launch(settings, hw, model.path_or_id, name)
+    if hw.device == "cpu" and settings.engine_url is None:  # what the box's CPU means here
+        dtype = cpu_dtype(settings.cpu_dtype, hw)
+        for line in cpu_report(hw.cpu_flags, dtype, name, requested=settings.cpu_dtype).lines(name):
+            logger.info("%s", line)
     engine = VLLMEngine(
         launch.argv,
         env=launch.env,
