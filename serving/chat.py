@@ -59,6 +59,12 @@ from serving.protocol import (
     tool_call_dict,
 )
 from serving.schema_limits import repair_schema
+from serving.selection_defaults import (
+    DECIDE_RULE,
+    SelectionDefaults,
+    hide_decision,
+    with_rule,
+)
 from serving.tool_rank import ToolRanker
 from serving.tool_selection import executed_calls, rank_request, with_abstain_rule
 from serving.toolcalls import CallEvent
@@ -95,6 +101,7 @@ class ChatService:
         metrics: Metrics,
         max_tool_tokens: int = 1024,
         ranker: ToolRanker | None = None,
+        selection: SelectionDefaults | None = None,
     ):
         self.engine = engine
         self.prompts = prompts
@@ -102,9 +109,14 @@ class ChatService:
         self.metrics = metrics
         self.max_tool_tokens = max_tool_tokens
         self.ranker = ranker  # `loopstack.tool_rank` (None: the extension is refused)
+        # what a request that does not say gets (serving.selection_defaults)
+        self.selection = selection or SelectionDefaults()
 
     # -- entry point ----------------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> dict[str, Any] | AsyncIterator[bytes]:
+        req, applied = self.selection.apply(req)
+        if applied:
+            _say("x-loopstack-selection", "server defaults: " + ",".join(applied))
         if req.loopstack.tool_rank is not None and req.tools:
             if self.ranker is None:
                 raise InvalidRequest(
@@ -178,6 +190,10 @@ class ChatService:
         answered = executed_calls(messages) if req.loopstack.no_repeat else {}
         if req.loopstack.abstain:
             messages = with_abstain_rule(messages)
+        # the decision before the call: auto turns of a backend whose grammar writes it
+        decide = req.loopstack.decide and mode == "auto" and getattr(self.backend, "decides", False)
+        if decide:
+            messages = with_rule(messages, DECIDE_RULE)
         prompt = self.prompts.render(messages, tools)
         max_tokens = req.completion_limit or self.max_tool_tokens
         prompt_tokens = self.prompts.check_fits(prompt, max_tokens)
@@ -194,6 +210,7 @@ class ChatService:
             parallel=req.parallel_tool_calls,
             stream=req.stream,
             answered=answered,
+            decide=decide,
         )
 
     # -- pass-through -------------------------------------------------------------------
@@ -238,6 +255,8 @@ class ChatService:
             turn = self.backend.turn(plan, self.engine)
         else:
             turn = baseline_turn(plan, self.engine)
+        if plan.decide:  # the decision line is the grammar's, never the client's
+            turn = hide_decision(turn)
         async for ev in turn:
             if isinstance(ev, Retry):
                 self.metrics.tool_retries.inc()

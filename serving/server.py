@@ -43,6 +43,7 @@ from serving.metrics import Metrics
 from serving.model_files import tokenizer_folder
 from serving.model_store import resolve_model
 from serving.prompt import BackgroundTokenizer, PromptBuilder
+from serving.selection_defaults import selection_defaults
 from serving.tool_rank import ToolRanker
 from serving.tool_selection import ServerEmbedder
 
@@ -125,6 +126,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
         metrics=metrics,
     )
     embeddings = EmbeddingService(settings.embedding_model)
+    selection = selection_defaults(
+        model.name,
+        rank=settings.tool_rank,
+        top_k=settings.tool_top_k,
+        min_score=settings.tool_min_score,
+        abstain=settings.tool_abstain,
+        decide=settings.tool_decide,
+    )
+    logger.info("tool selection when a request does not say: %s", selection.describe())
     state = AppState(
         engine=engine,
         chat=ChatService(
@@ -134,6 +144,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             max_tool_tokens=settings.max_tool_tokens,
             backend=backend,
             ranker=ToolRanker(ServerEmbedder(embeddings)),
+            selection=selection,
         ),
         embeddings=embeddings,
         metrics=metrics,

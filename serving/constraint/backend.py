@@ -62,9 +62,11 @@ class TurnSpec:
     mode: ToolMode
     tools: dict[str, Any]
     parallel: bool
+    decide: bool = False  # auto: a decision line first (serving.selection_defaults)
 
     def key(self) -> str:
-        return json.dumps([self.mode, self.parallel, self.tools], sort_keys=True, default=str)
+        parts = [self.mode, self.parallel, self.tools] + (["decide"] if self.decide else [])
+        return json.dumps(parts, sort_keys=True, default=str)
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def without_patterns(spec: TurnSpec) -> TurnSpec | None:
     """`spec` with every valid ``pattern`` left out of the constraint (``pattern`` is inexact:
     a call is validated against the client's schema before it leaves), or None if none."""
     tools = {name: drop_patterns(schema) for name, schema in spec.tools.items()}
-    return TurnSpec(spec.mode, tools, spec.parallel) if tools != spec.tools else None
+    return TurnSpec(spec.mode, tools, spec.parallel, spec.decide) if tools != spec.tools else None
 
 
 class GrammarBackend:
@@ -140,7 +142,8 @@ class GrammarBackend:
             schemas = without_answered(schemas, plan.answered, plan.mode)
             if not schemas:
                 return None
-        plan.constraint = await self.constraint(TurnSpec(plan.mode, schemas, plan.parallel))
+        spec = TurnSpec(plan.mode, schemas, plan.parallel, plan.decide and plan.mode == "auto")
+        plan.constraint = await self.constraint(spec)
         return plan
 
     async def constraint(self, spec: TurnSpec, *, what: str = "tools") -> dict[str, Any]:
