@@ -94,8 +94,15 @@ class SelectionDefaults:
 
 
 # Shipped per served model (docs/benchmarks.md, "Selection defaults": the selection bench at
-# 10 tools, the abstention set and calls kept, measured 2026-12-04). A model not listed: off.
-SHIPPED: dict[str, SelectionDefaults] = {}
+# 10 tools, the abstention set and calls kept; the rule there). A model not listed: all off.
+# The 0.5B: top 5 + floor 0.3 + the rule beat "off" on all three (right tool 7/8 vs 5/9 and
+# calls kept 7/8 vs 7/9 at 10 tools, 2026-12-04, partial; false calls 2/40 vs 11/40,
+# 2026-12-03). The 1.5B: off (12/12 right and kept as given; the set dropped 1 of 11 calls).
+SHIPPED: dict[str, SelectionDefaults] = {
+    "qwen2.5-coder-0.5b-instruct": SelectionDefaults(
+        rank=True, top_k=5, min_score=0.3, abstain=True
+    ),
+}
 
 _T = TypeVar("_T")
 

@@ -216,3 +216,10 @@ async def test_a_decided_turn_answers_as_an_ordinary_response(
     sent = h.engine.requests[0][1]
     assert "Decision" not in sent["structured_outputs"]["grammar"]
     assert DECIDE_RULE not in sent["prompt"]
+
+
+def test_the_shipped_defaults_are_per_model() -> None:
+    small = selection_defaults("qwen2.5-coder-0.5b-instruct")
+    assert small == SelectionDefaults(rank=True, top_k=5, min_score=0.3, abstain=True)
+    assert selection_defaults("qwen2.5-coder-1.5b-instruct") == SelectionDefaults()
+    assert selection_defaults("qwen2.5-coder-0.5b-instruct", rank=False).rank is False
