@@ -403,7 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     ap.add_argument("--api-key", default="EMPTY")
     ap.add_argument("--model", default=None)
-    ap.add_argument("--sizes", default="5,10,30", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument(
+        "--sizes", default="5,10,30", type=lambda s: [int(x) for x in s.split(",") if x.strip()]
+    )
     ap.add_argument("--items", type=int, default=12, help="corpus items per size (+ golden)")
     ap.add_argument("--arms", default=",".join(ARMS), type=lambda s: s.split(","))
     ap.add_argument("--min-score", type=float, default=0.3, help="abstention arm's floor")
