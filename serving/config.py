@@ -14,7 +14,16 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 OFFLINE_DEFAULT = "offline:qwen2.5-coder-0.5b-instruct"
-GPU_DEFAULT = "Qwen/Qwen2.5-7B-Instruct"
+# The GPU default, chosen by the rule in docs/benchmarks.md ("The GPU default"): Qwen3-8B
+# (architecture Qwen3ForCausalLM, in the pinned GPU vLLM's model registry: checked by
+# tests/unit/serving/test_gpu_engine.py). Thinking is off (tool turns and replies alike) unless
+# a request turns it on; its thinking then comes back as `reasoning_content`, never as content.
+GPU_DEFAULT = "Qwen/Qwen3-8B"
+GPU_DEFAULT_ARCHITECTURE = "Qwen3ForCausalLM"
+GPU_DEFAULT_CONTEXT = 32_768  # native; 131,072 only with YaRN rope scaling (not turned on)
+# Chat-template arguments of every prompt we render (and the GPU default engine's): no
+# thinking. Templates without the switch (Qwen2.5's) ignore it.
+NO_THINKING = {"enable_thinking": False}
 
 
 CpuDtype = Literal["auto", "bfloat16", "float32"]
@@ -40,7 +49,9 @@ class ServerSettings(BaseSettings):
     model: str | None = Field(
         default=None,
         description="HF id, local HF folder, local .gguf, or the offline default. "
-        "Unset: the offline Qwen 0.5B on CPU, Qwen2.5-7B-Instruct on GPU.",
+        "Unset: the offline Qwen 0.5B on CPU, Qwen3-8B on GPU. "
+        "offline:qwen2.5-coder-1.5b-instruct: the larger offline model "
+        "(serving.engine.offline_models).",
     )
     served_model_name: str | None = None
     home: Path = Path("~/.cache/loopstack").expanduser()
@@ -108,6 +119,32 @@ class ServerSettings(BaseSettings):
     retry_after_s: int = 2
 
     embedding_model: str = "all-MiniLM-L6-v2"
+
+    # -- tool selection for requests that do not say (serving.selection.defaults) ------------
+    # None: the default shipped for the served model (SHIPPED there); a request's own
+    # `loopstack` fields override each of them.
+    tool_rank: bool | None = Field(
+        default=None,
+        description="Rank the offered tools by relevance to the request (loopstack.tool_rank) "
+        "when a request does not say.",
+    )
+    tool_top_k: int | None = Field(
+        default=None, ge=0, le=1024, description="With ranking: offer the k best only (0: all)."
+    )
+    tool_min_score: float | Literal["off"] | None = Field(
+        default=None,
+        description="With ranking: offer only tools scoring this or more (off: no floor).",
+    )
+    tool_abstain: bool | None = Field(
+        default=None,
+        description="Say in the prompt to call a tool only when the request needs one "
+        "(loopstack.abstain).",
+    )
+    tool_decide: bool | None = Field(
+        default=None,
+        description="auto turns (guidance backend): a short hidden decision before the call or "
+        "the text (loopstack.decide).",
+    )
     max_tool_tokens: int = Field(default=1024, description="max_tokens default for tool calls.")
     log_level: str = "INFO"
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from serving.config import NO_THINKING
 from serving.constraint.envelope import TOOL_CALL_OPEN
 from serving.exceptions import InvalidRequest
 
@@ -74,12 +75,18 @@ class PromptBuilder:
         return self._tokenizer
 
     @functools.cached_property
+    def template_thinks(self) -> bool:
+        return "enable_thinking" in (getattr(self.tokenizer, "chat_template", None) or "")
+
+    @functools.cached_property
     def template_renders_tools(self) -> bool:
         return "tools" in (getattr(self.tokenizer, "chat_template", None) or "")
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         conversation = [_normalise(m) for m in messages]
         kwargs: dict[str, Any] = {}
+        if self.template_thinks:  # a tool turn is never a thinking turn (Qwen3: an empty block)
+            kwargs.update(NO_THINKING)
         if tools and self.template_renders_tools:
             kwargs["tools"] = tools
         elif tools:

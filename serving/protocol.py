@@ -204,7 +204,9 @@ class LoopstackOptions(BaseModel):
         description="False turns the grammar off for this request (benchmark baseline only).",
     )
     tool_rank: ToolRankOptions | None = Field(
-        default=None, description="rank the offered tools by relevance, optionally only the best"
+        default=None,
+        description="rank the offered tools by relevance, optionally only the best; absent: "
+        "the server's default (serving.selection.defaults); null or false: no ranking",
     )
     no_repeat: bool = Field(
         default=False,
@@ -213,8 +215,18 @@ class LoopstackOptions(BaseModel):
     abstain: bool = Field(
         default=False,
         description="the prompt says to call a tool only when the request needs one "
-        "(serving.selection.requests.ABSTAIN_RULE)",
+        "(serving.selection.requests.ABSTAIN_RULE); absent: the server's default",
     )
+    decide: bool = Field(
+        default=False,
+        description="auto: a short hidden decision (tool name or none) before the call or the "
+        "text (serving.constraint.decision; guidance backend); absent: the server's default",
+    )
+
+    @field_validator("tool_rank", mode="before")
+    @classmethod
+    def _rank_off(cls, value: Any) -> Any:
+        return None if value is False else value
 
 
 class ChatCompletionRequest(_Request):

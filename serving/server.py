@@ -50,6 +50,7 @@ from serving.http.chat import ChatService
 from serving.http.limits import Limits
 from serving.metrics import Metrics
 from serving.prompt import BackgroundTokenizer, PromptBuilder
+from serving.selection.defaults import selection_defaults
 from serving.selection.rank import ToolRanker
 from serving.selection.requests import ServerEmbedder
 
@@ -142,6 +143,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
         metrics=metrics,
     )
     embeddings = EmbeddingService(settings.embedding_model)
+    selection = selection_defaults(
+        model.name,
+        rank=settings.tool_rank,
+        top_k=settings.tool_top_k,
+        min_score=settings.tool_min_score,
+        abstain=settings.tool_abstain,
+        decide=settings.tool_decide,
+    )
+    logger.info("tool selection when a request does not say: %s", selection.describe())
     state = AppState(
         engine=engine,
         chat=ChatService(
@@ -151,6 +161,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             max_tool_tokens=settings.max_tool_tokens,
             backend=backend,
             ranker=ToolRanker(ServerEmbedder(embeddings)),
+            selection=selection,
         ),
         embeddings=embeddings,
         metrics=metrics,

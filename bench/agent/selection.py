@@ -17,11 +17,16 @@ context), the right one at a seeded random position. One ``auto`` request per it
 
 **Abstention items** (`bench/agent/abstention.json`): requests no offered tool fits (JSON
 examples, code, general questions) next to tools that look related; any call is a false call.
-Arms: ``given``; ``abstain`` (``loopstack.abstain``: the prompt says to call a tool only when
-the request needs one); ``ranked`` with ``--min-score`` (tools scoring less are not offered);
-both. ``top5+abstain`` (a selection arm) is the recommended set: top 5, the floor, the rule.
+Arms (``--abstention-arms``): ``given``; ``given+abstain`` (``loopstack.abstain``: the prompt
+says to call a tool only when the request needs one); ``ranked+floor`` (``--min-score``: tools
+scoring less are not offered); both. Arms compose: a base (``given``, ``ranked``, ``topK``) and
+``+abstain``, ``+floor``, ``+decide`` (``loopstack.decide``: a hidden decision line first);
+``defaults`` sends no ``loopstack`` field (what the server gives a plain client); every other
+arm states each field, so the server's defaults never mix in. ``top5+abstain`` is the
+recommended set of the README: top 5, the floor, the rule.
 
-Reported per size and arm: selection accuracy (the first call names the right tool), argument
+Reported per size and arm: selection accuracy (the first call names the right tool), calls
+kept (the share of these requests, which all need a tool, that got a call at all), argument
 accuracy (every value the request states is passed exactly: strings equal, numbers equal),
 no-call and wrong-tool rates, prompt tokens, step latency; accuracy by the right tool's
 position (first, middle or last third); the false-call rate per abstention arm. Identical
@@ -53,6 +58,11 @@ GOLDEN_ITEMS = HERE / "selection_golden.json"
 ABSTENTION = HERE / "abstention.json"
 GOLDEN_TOOLS = HERE.parent / "golden"
 ARMS = ("given", "reversed", "shuffled", "ranked", "top3", "top5", "top5+abstain")
+# Composed arms (also on the abstention set, `--abstention-arms`): a base (given, ranked, topK)
+# and modifiers `+abstain`, `+floor` (tool_rank.min_score = --min-score), `+decide`
+# (loopstack.decide); ``defaults`` sends no loopstack field at all: the server's defaults.
+# Every other arm states each selection field, so the server's defaults never mix in.
+MODIFIERS = ("abstain", "floor", "decide")
 MAX_TOOL_CHARS = 900  # distractors: 30 such tools fit the default model's 8k context
 
 
@@ -185,20 +195,38 @@ def _inline(name: str, entry: dict[str, Any]) -> dict[str, Any]:
 def arm_request(item: Item, arm: str, seed: int, min_score: float | None) -> tuple[list, dict]:
     """The tools list and the ``loopstack`` extension of one arm."""
     tools = list(item.tools)
-    ext: dict[str, Any] = {}
-    if arm == "reversed":
+    if arm == "defaults":  # nothing said: what a plain client gets
+        return tools, {}
+    ext: dict[str, Any] = {"tool_rank": None, "abstain": False, "decide": False}
+    if arm == "top5+abstain":  # the recommended set of README's "Tool selection"
+        arm = "top5+floor+abstain"
+    base, *mods = arm.split("+")
+    if base == "reversed":
         tools.reverse()
-    elif arm == "shuffled":
+    elif base == "shuffled":
         random.Random(f"{seed}:shuffle:{item.id}").shuffle(tools)
-    elif arm == "ranked":
-        ext = {"tool_rank": {}}
-    elif arm == "top5+abstain":  # the recommended set: README's "Tool selection"
-        ext = {"tool_rank": {"top_k": 5, "min_score": min_score or 0.3}, "abstain": True}
-    elif arm.startswith("top"):
-        ext = {"tool_rank": {"top_k": int(arm[3:])}}
-    elif arm != "given":
+    elif base == "ranked":
+        ext["tool_rank"] = {}
+    elif re.fullmatch(r"top\d+", base):
+        ext["tool_rank"] = {"top_k": int(base[3:])}
+    elif base != "given":
         raise ValueError(f"unknown arm {arm!r}")
+    for mod in mods:
+        if mod == "floor":
+            ext["tool_rank"] = {**(ext["tool_rank"] or {}), "min_score": min_score or 0.3}
+        elif mod in ("abstain", "decide"):
+            ext[mod] = True
+        else:
+            raise ValueError(f"unknown arm modifier {mod!r} in {arm!r}")
     return tools, ext
+
+
+def known_arm(arm: str) -> bool:
+    try:
+        arm_request(Item("x", "", None, {}, ()), arm, 0, None)
+    except ValueError:
+        return False
+    return True
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -265,6 +293,8 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
         out["selection"][f"{size}/{arm}"] = {
             "n": len(ok),
             "accuracy": round(len(right) / len(ok), 3) if ok else None,
+            # every item needs a tool: the share that still got a call (any tool)
+            "calls_kept": round(sum(1 for r in ok if r.called) / len(ok), 3) if ok else None,
             "args_accuracy": round(sum(bool(r.args_ok) for r in ok) / len(ok), 3) if ok else None,
             "no_call": sum(1 for r in ok if not r.called),
             "wrong_tool": sum(1 for r in ok if r.called and not r.correct),
@@ -295,15 +325,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for arm in args.arms:
                 jobs.append((item, arm, *arm_request(item, arm, args.seed, args.min_score)))
     if args.abstention:
-        floor = {"tool_rank": {"min_score": args.min_score}}
-        for item in abstention_items():
-            for arm, ext in (
-                ("given", {}),
-                ("abstain", {"abstain": True}),
-                (f"ranked>={args.min_score:g}", floor),
-                (f"abstain+ranked>={args.min_score:g}", {**floor, "abstain": True}),
-            ):
-                jobs.append((item, arm, list(item.tools), ext))
+        for item in abstention_items()[: args.abstention_limit]:
+            for arm in args.abstention_arms:
+                tools, ext = arm_request(item, arm, args.seed, args.min_score)
+                jobs.append((item, arm, tools, ext))
     sem = asyncio.Semaphore(args.concurrency)
     done: dict[str, asyncio.Task[Row]] = {}
 
@@ -378,11 +403,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     ap.add_argument("--api-key", default="EMPTY")
     ap.add_argument("--model", default=None)
-    ap.add_argument("--sizes", default="5,10,30", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument(
+        "--sizes", default="5,10,30", type=lambda s: [int(x) for x in s.split(",") if x.strip()]
+    )
     ap.add_argument("--items", type=int, default=12, help="corpus items per size (+ golden)")
     ap.add_argument("--arms", default=",".join(ARMS), type=lambda s: s.split(","))
     ap.add_argument("--min-score", type=float, default=0.3, help="abstention arm's floor")
     ap.add_argument("--no-abstention", dest="abstention", action="store_false")
+    ap.add_argument(
+        "--abstention-arms",
+        default="given,given+abstain,ranked+floor,ranked+floor+abstain",
+        type=lambda s: s.split(","),
+        help="arms on the abstention set (composed: base+abstain+floor+decide, or defaults)",
+    )
+    ap.add_argument(
+        "--abstention-limit", type=int, default=None, help="the first N abstention items only"
+    )
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--seed", type=int, default=7)
@@ -394,9 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rank_only:
         print("RESULT " + json.dumps(asyncio.run(rank_only(args))))
         return 0
-    for arm in args.arms:
-        if arm not in ARMS:
-            ap.error(f"unknown arm {arm!r}: {', '.join(ARMS)}")
+    for arm in [*args.arms, *args.abstention_arms]:
+        if not known_arm(arm):
+            ap.error(f"unknown arm {arm!r}: {', '.join(ARMS)}, defaults, or composed with +")
     summary = asyncio.run(run(args))
     print("RESULT " + json.dumps(summary))
     return 0

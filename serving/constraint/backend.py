@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from serving.config import BackendName
+from serving.constraint.decision import hide_decision
 from serving.constraint.no_repeat import without_answered
 from serving.constraint.resolve import TurnRequest, admit, pass_through
 from serving.constraint.sandbox import CompilePool
@@ -64,9 +65,11 @@ class TurnSpec:
     mode: ToolMode
     tools: dict[str, Any]
     parallel: bool
+    decide: bool = False  # auto: a decision line first (serving.selection.defaults)
 
     def key(self) -> str:
-        return json.dumps([self.mode, self.parallel, self.tools], sort_keys=True, default=str)
+        parts = [self.mode, self.parallel, self.tools] + (["decide"] if self.decide else [])
+        return json.dumps(parts, sort_keys=True, default=str)
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def without_patterns(spec: TurnSpec) -> TurnSpec | None:
     """`spec` with every valid ``pattern`` left out of the constraint (``pattern`` is inexact:
     a call is validated against the client's schema before it leaves), or None if none."""
     tools = {name: drop_patterns(schema) for name, schema in spec.tools.items()}
-    return TurnSpec(spec.mode, tools, spec.parallel) if tools != spec.tools else None
+    return TurnSpec(spec.mode, tools, spec.parallel, spec.decide) if tools != spec.tools else None
 
 
 class GrammarBackend:
@@ -147,8 +150,11 @@ class GrammarBackend:
                 yield ev
             return
         yield Ready(plan.mode, plan.prompt_tokens)
+        turn = grammar_turn(plan, transport, constraint, live=plan.stream)
+        if plan.decide:  # the decision line is the grammar's, never the client's
+            turn = hide_decision(turn)
         with constrained_generation("the tools' constraint"):
-            async for turn_ev in grammar_turn(plan, transport, constraint, live=plan.stream):
+            async for turn_ev in turn:
                 yield turn_ev
 
     async def admit(self, plan: ToolPlan) -> dict[str, Any] | None:
@@ -159,7 +165,8 @@ class GrammarBackend:
             schemas = without_answered(schemas, plan.answered, plan.mode)
             if not schemas:
                 return None
-        return await self.constraint(TurnSpec(plan.mode, schemas, plan.parallel))
+        spec = TurnSpec(plan.mode, schemas, plan.parallel, plan.decide and plan.mode == "auto")
+        return await self.constraint(spec)
 
     async def constraint(self, spec: TurnSpec, *, what: str = "tools") -> dict[str, Any]:
         """The ``structured_outputs`` of a turn of `spec`, compiled first (decided once: a

@@ -27,6 +27,7 @@ from typing import Any
 
 from serving.constraint import envelope
 from serving.constraint.backend import BackendName, GrammarBackend, Payload, TurnSpec
+from serving.constraint.decision import DECISION_HEAD, DECISION_MAX_TOKENS
 from serving.constraint.sandbox import CompilePool
 from serving.constraint.schemas import SchemaCache
 from serving.constraint.walker import map_schema
@@ -142,7 +143,10 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
         opened = opened or _lit(envelope.CALL_TAGS[0])
         closed = closed or _lit(envelope.CALL_TAGS[1])
         tagged = f" | TEXT {opened} first tail" if tag_ids else ""  # else TEXT holds the tag
-        lines.append(f"start: TEXT | first tail{tagged}")
+        if spec.decide:
+            lines += _decision_rules(spec, opened)
+        else:
+            lines.append(f"start: TEXT | first tail{tagged}")
         lines.append(f"first: {calls}")
         more = f" (NL {opened} first tail)?" if spec.parallel else ""
         lines.append(f"tail: TAIL | TAIL {closed}{more} END")
@@ -163,6 +167,28 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _decision_rules(spec: TurnSpec, opened: str) -> list[str]:
+    """``loopstack.decide``: the turn starts with ``Decision: <tool | none> <a few words>``
+    and a newline (`serving.constraint.decision`); after ``none`` only text, after a tool's
+    name that tool's call (then the usual tail: more calls where parallel calls are on)."""
+    names = ['"none" note LF PLAIN']
+    rules = []
+    for i, (name, schema) in enumerate(spec.tools.items()):
+        names.append(f"d_{i}")
+        head = _lit(envelope.call_head(name))
+        rules.append(f"d_{i}: {_lit(name)} note LF {opened} NL {head} {_schema(schema)} tail")
+    return [
+        f"start: {_lit(DECISION_HEAD)} decision",
+        f"decision: {' | '.join(names)}",
+        *rules,
+        f"note[max_tokens={DECISION_MAX_TOKENS}]: NOTE",
+        r"NOTE: /( [^\n]{1,80})?/",
+        r"LF: /\n/",
+        # after `none`: text that starts no call (neither an envelope's `"name"` nor the tag)
+        r"PLAIN: /(.|\n)*/ & ~/(.|\n)*(\"name\"|<tool_call>)(.|\n)*/",
+    ]
+
+
 def _escape_re(text: str) -> str:
     return "".join("\\" + c if c in r"\.^$|?*+()[]{}/" else c for c in text)
 
@@ -174,6 +200,7 @@ def _check(state: Callable[[str, str], str | None], fmt: str, text: str) -> str 
 
 class GuidanceBackend(GrammarBackend):
     name: BackendName = "guidance"
+    decides = True  # writes `loopstack.decide`'s decision line (`lark_grammar`)
     check_job = staticmethod(_check)
 
     def __init__(

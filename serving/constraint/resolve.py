@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from serving.constraint.client_constraints import admit_constraints, client_constraint
+from serving.constraint.decision import DECIDE_RULE
 from serving.constraint.no_repeat import executed_calls
 from serving.constraint.schema_limits import repair_schema
 from serving.constraint.schemas import CompiledSchema
@@ -114,7 +115,8 @@ async def admit(backend: ConstraintBackend, request: TurnRequest) -> Admitted:
     if choice == "none":
         return Admitted(None, headers)
     check_tool_request(req)
-    return Admitted(plan(request, choice, compiled), headers)
+    decides = getattr(backend, "decides", False)  # writes `loopstack.decide`'s line
+    return Admitted(plan(request, choice, compiled, decides=decides), headers)
 
 
 async def admit_tools(
@@ -157,6 +159,8 @@ def plan(
     request: TurnRequest,
     choice: Literal["auto", "required"] | NamedToolChoice,
     compiled: dict[str, CompiledSchema],
+    *,
+    decides: bool = False,
 ) -> ToolPlan:
     req = request.chat
     if isinstance(choice, NamedToolChoice):
@@ -175,6 +179,11 @@ def plan(
     answered = executed_calls(messages) if req.loopstack.no_repeat else {}
     if request.system_rule is not None:
         messages = with_system_rule(messages, request.system_rule)
+    # the decision before the call (serving.constraint.decision): auto turns of a backend
+    # whose grammar writes it
+    decide = req.loopstack.decide and mode == "auto" and decides
+    if decide:
+        messages = with_system_rule(messages, DECIDE_RULE)
     prompt = request.prompts.render(messages, tools)
     max_tokens = req.completion_limit or request.max_tool_tokens
     prompt_tokens = request.prompts.check_fits(prompt, max_tokens)
@@ -191,6 +200,7 @@ def plan(
         parallel=req.parallel_tool_calls,
         stream=req.stream,
         answered=answered,
+        decide=decide,
     )
 
 

@@ -170,6 +170,8 @@ class ToolPlan:
     stream: bool = False  # the reply streams: calls a backend enforces exactly go out live
     # ``loopstack.no_repeat``: tool name -> argument objects already called and answered
     answered: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # ``loopstack.decide`` (auto): the grammar starts with a decision line, hidden from the reply
+    decide: bool = False
 
     @property
     def exact(self) -> bool:

@@ -7,6 +7,7 @@ differ. Every default here is overridable through `ServerSettings` (``LOOPSTACK_
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -17,7 +18,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.config import GPU_DEFAULT, OFFLINE_DEFAULT, CpuDtype, ServerSettings
+from serving.config import (
+    GPU_DEFAULT,
+    GPU_DEFAULT_CONTEXT,
+    NO_THINKING,
+    OFFLINE_DEFAULT,
+    CpuDtype,
+    ServerSettings,
+)
 from serving.engine.model_files import ModelFacts, read_facts
 
 logger = logging.getLogger(__name__)
@@ -155,7 +163,7 @@ def check_cuda_driver(smi_output: str | None = None, torch_cuda: str | None = "i
 def tensor_parallel_size(gpus: int, facts: ModelFacts, *, default_model: bool) -> int:
     """GPUs one engine spans when LOOPSTACK_TENSOR_PARALLEL_SIZE is unset.
 
-    1 for the default model (7B: one GPU holds it; tensor parallelism would only add
+    1 for the default model (8B: one GPU holds it; tensor parallelism would only add
     communication) and whenever the model's heads are unknown. Otherwise the most GPUs that
     vLLM accepts for this model: a divisor of its attention heads, and of its KV heads (or a
     multiple of them, which vLLM then replicates). Qwen2.5-7B (28 heads, 4 KV heads) on 8 GPUs:
@@ -231,6 +239,13 @@ def vllm_launch(
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     else:
         facts = facts if facts is not None else read_facts(model_path)
+        if model_path == GPU_DEFAULT:
+            # Qwen3: a thinking model. Thinking off unless a request says otherwise
+            # (chat_template_kwargs), and what it thinks parsed out of the content; the tool
+            # turns' prompts are rendered by us with thinking off (serving.prompt).
+            argv += ["--reasoning-parser", "qwen3"]
+            argv += ["--default-chat-template-kwargs", json.dumps(NO_THINKING)]
+            max_len = max_len or GPU_DEFAULT_CONTEXT  # its config says 40,960
         max_len = max_len or facts.context_len
         tp = settings.tensor_parallel_size or tensor_parallel_size(
             hw.gpu_count, facts, default_model=model_path == GPU_DEFAULT

@@ -6,7 +6,7 @@ prompt checks, and ``--max-model-len``) and its vocabulary. They come from the m
 
 * a local folder (the offline default's converted folder, ``LOOPSTACK_MODEL=/path``): read
   there;
-* a Hugging Face id (the GPU default, ``Qwen/Qwen2.5-7B-Instruct``): from the local HF cache,
+* a Hugging Face id (the GPU default, ``Qwen/Qwen3-8B``): from the local HF cache,
   else fetched from the hub - just that file, a few kB (not with ``HF_HUB_OFFLINE=1``).
 
 Nothing here imports torch or transformers. A fact that cannot be read is ``None``, with a

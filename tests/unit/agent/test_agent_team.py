@@ -307,3 +307,36 @@ async def test_a_cancelled_worker_is_charged_and_recorded() -> None:
     (record,) = state.workers
     assert record["status"] == "cancelled" and state.charged.model_calls >= 2
     assert state.charged.tool_calls >= 1 and state.charged.prompt_tokens >= 200
+
+
+async def test_a_worker_keeps_the_runs_selection_and_answer_arms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # #46 item 8: the worker's config was copied field by field and dropped `selection` and
+    # `answer_arms`: workers ran without the run's tool selection
+    from agent.selection import ANSWER_TOOL, ToolSelection
+    from agent.settings import AnswerOptions
+
+    built: list[AgentConfig] = []
+    init = Agent.__init__
+
+    def record(self: Agent, *args: Any, **kw: Any) -> None:
+        init(self, *args, **kw)
+        built.append(self.config)
+
+    monkeypatch.setattr(Agent, "__init__", record)
+    inner = ScriptedModel([call("lookup", key="a"), text("a is 1")], answer="a is 1")
+    boss = ScriptedModel([call("w", task="look a up"), text("a is 1")], answer="a is 1")
+    selection = ToolSelection(no_repeat=True, answer_tool=True)
+    arms = (("typed", AnswerOptions(typed=True)),)
+    limits = Limits(max_tool_calls=9)
+    agent = coordinator(boss, [worker("w", inner)], selection=selection, answer_arms=arms,
+                        limits=limits, instructions="the boss")  # fmt: skip
+    await agent.run("Look a up")
+    child = built[-1]
+    assert child.selection == selection and child.answer_arms == arms
+    assert child.instructions == "" and child.plan == "never"  # the worker's own
+    assert child.limits.max_tool_calls == 8  # carved from the parent's 9
+    first = inner.chat_requests[0]
+    assert first["loopstack"] == {"no_repeat": True}  # the selection reaches the endpoint
+    assert ANSWER_TOOL in [t["function"]["name"] for t in first["tools"]]

@@ -9,6 +9,7 @@ from bench.agent.selection import (
     abstention_items,
     arm_request,
     expected_values,
+    known_arm,
     selection_items,
     summarize,
 )
@@ -59,9 +60,16 @@ def test_arms_reorder_or_ask_the_server() -> None:
     rev, _ = arm_request(item, "reversed", 7, None)
     shuf, _ = arm_request(item, "shuffled", 7, None)
     assert rev == given[::-1] and sorted(map(str, shuf)) == sorted(map(str, given))
-    assert arm_request(item, "top3", 7, None)[1] == {"tool_rank": {"top_k": 3}}
+    off = {"tool_rank": None, "abstain": False, "decide": False}  # every field stated
+    assert arm_request(item, "given", 7, None)[1] == off
+    assert arm_request(item, "top3", 7, None)[1] == {**off, "tool_rank": {"top_k": 3}}
     _, best = arm_request(item, "top5+abstain", 7, 0.3)
-    assert best == {"tool_rank": {"top_k": 5, "min_score": 0.3}, "abstain": True}
+    assert best == {**off, "tool_rank": {"top_k": 5, "min_score": 0.3}, "abstain": True}
+    _, composed = arm_request(item, "ranked+floor+decide", 7, 0.25)
+    assert composed == {**off, "tool_rank": {"min_score": 0.25}, "decide": True}
+    assert arm_request(item, "given+abstain", 7, None)[1] == {**off, "abstain": True}
+    assert arm_request(item, "defaults", 7, None) == (given, {})  # nothing said
+    assert known_arm("top5+decide") and not known_arm("top5+loud") and not known_arm("best")
     assert set(ARMS) >= {"given", "reversed", "shuffled", "ranked", "top3", "top5"}
     assert len(abstention_items()) == 40 and all(i.right is None for i in abstention_items())
 
@@ -80,5 +88,6 @@ def test_summary_counts_right_wrong_none_and_false_calls() -> None:
     assert (g["n"], g["accuracy"], g["args_accuracy"], g["no_call"], g["wrong_tool"]) == (
         3, 0.333, 0.333, 1, 1)  # fmt: skip
     assert g["errors"] == 1
+    assert g["calls_kept"] == 0.667  # 2 of the 3 answered requests needing a tool got a call
     assert s["abstention"]["given"]["false_call_rate"] == 0.5
     assert s["position"]["5/given"] == {"first": "1/1", "last": "0/1", "middle": "0/1"}

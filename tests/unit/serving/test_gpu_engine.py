@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
-from serving.config import GPU_DEFAULT, ServerSettings
+from serving.config import GPU_DEFAULT, GPU_DEFAULT_ARCHITECTURE, ServerSettings
 from serving.constraint.factory import make_backend
 from serving.engine.hardware import Hardware, vllm_launch
 from serving.engine.model_files import facts_from_config
@@ -204,6 +204,21 @@ def test_every_gpu_command_line_parses_with_the_gpu_vllms_own_parser(
         # the default model: one GPU; the 7B from a folder: 4 GPUs divide its 28 heads
         want_tp = 4 if "4gpu" in name and GPU_DEFAULT not in argv else 1
         assert v["tensor_parallel_size"] == want_tp, name
+        if GPU_DEFAULT in argv:  # a thinking model: thinking off, its thinking parsed out
+            assert v["reasoning_parser"] == "qwen3", name
+            assert v["default_chat_template_kwargs"] == {"enable_thinking": False}, name
+        else:
+            assert v["reasoning_parser"] is None and not v["default_chat_template_kwargs"]
+
+
+def test_the_gpu_default_is_an_architecture_the_pinned_vllm_serves(gpu_vllm: Path) -> None:
+    """The GPU default's architecture is in the pinned GPU vLLM's model registry, and the
+    parsers its command line names are registered there."""
+    root = gpu_vllm / "vllm"
+    registry = (root / "model_executor" / "models" / "registry.py").read_text()
+    assert f'"{GPU_DEFAULT_ARCHITECTURE}":' in registry
+    assert '"qwen3":' in (root / "reasoning" / "__init__.py").read_text()
+    assert '"hermes":' in (root / "tool_parsers" / "__init__.py").read_text()
 
 
 def test_a_misspelt_or_abbreviated_flag_fails_the_parser(answers: dict[str, Any]) -> None:

@@ -215,3 +215,51 @@ def test_the_checker_reads_tokenizer_json_and_stays_under_its_limit(
     if backend == "guidance":
         assert facts["imported"] == [], facts  # no transformers, no torch
         assert facts["peak"] < 4 << 30, facts  # the old absolute limit, with room
+
+
+# Qwen3-8B's config.json, the fields that matter here (its config says 40,960 positions)
+QWEN3_8B = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 40960,
+}
+
+
+def test_the_gpu_default_runs_without_thinking_at_its_native_context() -> None:
+    from serving.config import GPU_DEFAULT_ARCHITECTURE
+
+    assert GPU_DEFAULT == "Qwen/Qwen3-8B" and GPU_DEFAULT_ARCHITECTURE in QWEN3_8B["architectures"]
+    launch = vllm_launch(ServerSettings(), gpu(1), GPU_DEFAULT, "m", facts_from_config(QWEN3_8B))
+    assert arg(launch.argv, "--tool-call-parser") == "hermes"
+    assert arg(launch.argv, "--reasoning-parser") == "qwen3"
+    assert json.loads(arg(launch.argv, "--default-chat-template-kwargs") or "") == {
+        "enable_thinking": False
+    }
+    assert launch.max_model_len == 32768  # native; not the config's 40,960
+    # any other model: no reasoning parser (a non-thinking model has no <think> tokens)
+    other = vllm_launch(ServerSettings(), gpu(1), "Qwen/Qwen2.5-7B-Instruct", "m",
+                        facts_from_config(QWEN_7B))  # fmt: skip
+    assert "--reasoning-parser" not in other.argv
+    assert "--default-chat-template-kwargs" not in other.argv
+
+
+class _Template:
+    def __init__(self, template: str) -> None:
+        self.chat_template = template
+        self.kwargs: dict[str, Any] = {}
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> str:
+        self.kwargs = kwargs
+        return "prompt"
+
+
+def test_tool_turn_prompts_turn_thinking_off_where_the_template_can_think() -> None:
+    from serving.prompt import PromptBuilder
+
+    thinking = _Template("{% if enable_thinking is false %}<think>\n\n</think>{% endif %}")
+    PromptBuilder(thinking).render([{"role": "user", "content": "hi"}], None)
+    assert thinking.kwargs["enable_thinking"] is False
+    plain = _Template("{{ messages }}")  # Qwen2.5's: no switch, nothing passed
+    PromptBuilder(plain).render([{"role": "user", "content": "hi"}], None)
+    assert "enable_thinking" not in plain.kwargs

@@ -1,0 +1,116 @@
+"""Tool selection that clients get without asking: the server's defaults for a request's
+``loopstack`` selection fields, and the decision written before a call.
+
+A request that offers tools and does not say how they are selected gets the operator's
+defaults (`ServerSettings`: ``LOOPSTACK_TOOL_RANK``, ``LOOPSTACK_TOOL_TOP_K``,
+``LOOPSTACK_TOOL_MIN_SCORE``, ``LOOPSTACK_TOOL_ABSTAIN``, ``LOOPSTACK_TOOL_DECIDE``), and where
+the operator says nothing, the defaults shipped for the served model (`SHIPPED`, chosen by
+measurement: docs/benchmarks.md, "Selection defaults"). What a request says wins, field by
+field of ``loopstack``:
+
+* ``tool_rank`` - absent: the server's ranking (when on: ``top_k`` and ``min_score`` its
+  defaults); an object: exactly that ranking (its unset keys are off, as before: an agent
+  that ranks its own tools keeps every tool it asks for); ``null`` or ``false``: no ranking.
+* ``abstain`` / ``decide`` - absent: the server's; ``true``/``false``: that.
+
+The response says what was offered whenever the tools were ranked
+(``x-loopstack-tools-offered``), and which defaults were applied
+(``x-loopstack-selection``).
+
+**The decision** (``decide``, `DECIDE_RULE`; guidance backend, ``auto`` only): the turn's
+grammar first admits one line, ``Decision: <tool name | none> <a few words>`` (capped at
+`DECISION_MAX_TOKENS` tokens), then the call of that tool, or text when it says ``none``. The
+line is hidden from the response (`hide_decision`): the client sees an ordinary reply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeVar
+
+from serving.protocol import ChatCompletionRequest, ToolRankOptions
+
+__all__ = ["SHIPPED", "SelectionDefaults", "selection_defaults"]
+
+
+@dataclass(frozen=True)
+class SelectionDefaults:
+    """What a request that says nothing gets: ranking (with ``top_k``, ``min_score``), the
+    abstention rule, the decision before the call."""
+
+    rank: bool = False
+    top_k: int | None = None
+    min_score: float | None = None
+    abstain: bool = False
+    decide: bool = False
+
+    def describe(self) -> str:
+        parts = []
+        if self.rank:
+            parts.append(
+                "rank"
+                + (f" top_k={self.top_k}" if self.top_k else "")
+                + (f" min_score={self.min_score:g}" if self.min_score is not None else "")
+            )
+        parts += [k for k in ("abstain", "decide") if getattr(self, k)]
+        return ", ".join(parts) or "none"
+
+    def apply(self, req: ChatCompletionRequest) -> tuple[ChatCompletionRequest, list[str]]:
+        """`req` with every selection field it leaves unsaid set to the default; the names
+        of the defaults that changed it (empty: `req` itself, unchanged)."""
+        if not req.tools:
+            return req, []
+        opts, said = req.loopstack, req.loopstack.model_fields_set
+        update: dict[str, Any] = {}
+        if "tool_rank" not in said and self.rank:
+            update["tool_rank"] = ToolRankOptions(top_k=self.top_k, min_score=self.min_score)
+        for key in ("abstain", "decide"):
+            if key not in said and getattr(self, key):
+                update[key] = True
+        if not update:
+            return req, []
+        applied: list[str] = [k for k in ("tool_rank", "abstain", "decide") if k in update]
+        ext = opts.model_copy(update=update)
+        return req.model_copy(update={"loopstack": ext}), applied
+
+
+# Shipped per served model (docs/benchmarks.md, "Selection defaults": the selection bench at
+# 10 tools, the abstention set and calls kept; the rule there). A model not listed: all off.
+# The 0.5B: top 5 + floor 0.3 + the rule beat "off" on all three (right tool 7/8 vs 5/9 and
+# calls kept 7/8 vs 7/9 at 10 tools, 2026-12-04, partial; false calls 2/40 vs 11/40,
+# 2026-12-03). The 1.5B: off (12/12 right and kept as given; the set dropped 1 of 11 calls).
+SHIPPED: dict[str, SelectionDefaults] = {
+    "qwen2.5-coder-0.5b-instruct": SelectionDefaults(
+        rank=True, top_k=5, min_score=0.3, abstain=True
+    ),
+}
+
+_T = TypeVar("_T")
+
+
+def _pick(setting: _T | None, shipped: _T) -> _T:
+    return shipped if setting is None else setting
+
+
+def selection_defaults(
+    model: str,
+    *,
+    rank: bool | None = None,
+    top_k: int | None = None,
+    min_score: float | Literal["off"] | None = None,
+    abstain: bool | None = None,
+    decide: bool | None = None,
+) -> SelectionDefaults:
+    """The defaults of a server serving `model`: each operator setting that is set (not
+    None) over the model's shipped defaults. ``top_k=0`` and ``min_score="off"`` say "none"."""
+    base = SHIPPED.get(model, SelectionDefaults())
+    cut = _pick(top_k, base.top_k)
+    floor = base.min_score if min_score is None else None if min_score == "off" else min_score
+    return replace(
+        base,
+        rank=_pick(rank, base.rank),
+        top_k=cut or None,
+        min_score=floor,
+        abstain=_pick(abstain, base.abstain),
+        decide=_pick(decide, base.decide),
+    )

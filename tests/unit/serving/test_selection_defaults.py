@@ -1,0 +1,222 @@
+"""Selection users get without asking (serving.selection.defaults, serving.constraint.decision):
+the operator's settings, the per-model shipped defaults, per-request overrides through
+``loopstack``, and the decision before the call (the guidance grammar admits it; the response
+hides it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import llguidance
+import pytest
+
+from memory.embedding import HashingEmbedder
+from serving.config import ServerSettings
+from serving.constraint.backend import TurnSpec
+from serving.constraint.decision import DECIDE_RULE, hide_decision
+from serving.constraint.factory import make_backend
+from serving.constraint.guidance import _ByteTokenizer, lark_grammar
+from serving.constraint.turn import ContentDelta, Done, Event, Retry
+from serving.protocol import ChatCompletionRequest
+from serving.selection import defaults as sd
+from serving.selection.defaults import SelectionDefaults, selection_defaults
+from serving.selection.rank import ToolRanker
+from serving.selection.requests import ABSTAIN_RULE
+from tests.unit.serving.serving_fakes import Harness
+from tests.unit.serving.serving_helpers import ADD, WEATHER, call, post_chat
+
+ON = SelectionDefaults(rank=True, top_k=5, min_score=0.3, abstain=True, decide=True)
+
+
+def _req(**loopstack: Any) -> ChatCompletionRequest:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    body["tools"] = [WEATHER, ADD]
+    if loopstack:
+        body["loopstack"] = loopstack
+    return ChatCompletionRequest.model_validate(body)
+
+
+# --- the operator's settings and the shipped defaults ----------------------------------------
+
+
+def test_settings_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in {"RANK": "true", "TOP_K": "5", "MIN_SCORE": "0.25", "ABSTAIN": "1",
+                       "DECIDE": "false"}.items():  # fmt: skip
+        monkeypatch.setenv(f"LOOPSTACK_TOOL_{key}", value)
+    s = ServerSettings()
+    got = selection_defaults(
+        "any-model", rank=s.tool_rank, top_k=s.tool_top_k, min_score=s.tool_min_score,
+        abstain=s.tool_abstain, decide=s.tool_decide,
+    )  # fmt: skip
+    assert got == SelectionDefaults(rank=True, top_k=5, min_score=0.25, abstain=True)
+    monkeypatch.setenv("LOOPSTACK_TOOL_MIN_SCORE", "off")
+    assert ServerSettings().tool_min_score == "off"
+    monkeypatch.setenv("LOOPSTACK_TOOL_MIN_SCORE", "loud")
+    with pytest.raises(ValueError):
+        ServerSettings()
+
+
+def test_unset_settings_take_the_models_shipped_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sd.SHIPPED, "m-1", ON)
+    assert selection_defaults("m-1") == ON
+    assert selection_defaults("another") == SelectionDefaults()  # nothing shipped: all off
+    # each setting that is set wins over the shipped value; 0 / "off" say "none"
+    mine = selection_defaults("m-1", top_k=0, min_score="off", decide=False)
+    assert mine == SelectionDefaults(rank=True, abstain=True)
+    assert selection_defaults("m-1", rank=False).rank is False
+    assert selection_defaults("m-1", min_score=0.1).min_score == 0.1
+
+
+# --- per-request overrides --------------------------------------------------------------------
+
+
+def test_a_request_that_says_nothing_gets_the_defaults() -> None:
+    req, applied = ON.apply(_req())
+    assert applied == ["tool_rank", "abstain", "decide"]
+    rank = req.loopstack.tool_rank
+    assert rank is not None and (rank.top_k, rank.min_score, rank.query) == (5, 0.3, None)
+    assert req.loopstack.abstain and req.loopstack.decide
+    off, applied = SelectionDefaults().apply(_req())  # the defaults off: nothing changes
+    assert applied == [] and off.loopstack.tool_rank is None and not off.loopstack.abstain
+
+
+def test_each_field_a_request_states_wins() -> None:
+    req, applied = ON.apply(_req(tool_rank={"top_k": 2}, abstain=False))
+    assert applied == ["decide"]
+    rank = req.loopstack.tool_rank
+    assert rank is not None and (rank.top_k, rank.min_score) == (2, None)  # exactly its own
+    assert req.loopstack.abstain is False and req.loopstack.decide is True
+    for off in (None, False):  # `null` or `false`: no ranking
+        req, applied = ON.apply(_req(tool_rank=off, decide=False))
+        assert req.loopstack.tool_rank is None and applied == ["abstain"]
+    bare = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert ON.apply(bare) == (bare, [])  # no tools: nothing to select
+
+
+@pytest.fixture
+def guidance(make_harness: Callable[..., Harness]) -> Harness:
+    backend = make_backend("guidance", None, mode="thread")
+    return make_harness(backend=backend, ranker=ToolRanker(HashingEmbedder()))
+
+
+async def test_the_server_defaults_reach_the_turn_and_the_response_says_so(
+    guidance: Harness,
+) -> None:
+    h = guidance
+    h.chat.selection = SelectionDefaults(rank=True, top_k=1, abstain=True)
+    h.engine.constrained = ["It is sunny."]
+    resp = await post_chat(h, tools=[ADD, WEATHER])
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-loopstack-selection"] == "server defaults: tool_rank,abstain"
+    assert resp.headers["x-loopstack-tools-offered"] == "get_weather"  # ranked and cut to 1
+    prompt = h.engine.requests[0][1]["prompt"]
+    assert ABSTAIN_RULE in prompt
+    # the same request opting out of both: every tool, no rule, no header
+    h.engine.requests.clear()
+    resp = await post_chat(h, tools=[ADD, WEATHER], loopstack={"tool_rank": None,
+                                                             "abstain": False})  # fmt: skip
+    assert resp.status_code == 200, resp.text
+    assert "x-loopstack-selection" not in resp.headers
+    assert "x-loopstack-tools-offered" not in resp.headers
+    assert ABSTAIN_RULE not in h.engine.requests[0][1]["prompt"]
+
+
+# --- the decision before the call --------------------------------------------------------------
+
+TOK = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
+
+
+def _admits(grammar: str, text: str) -> bool:
+    matcher = llguidance.LLMatcher(TOK, llguidance.grammar_from("lark", grammar))
+    ok = all(matcher.consume_token(b) for b in text.encode())
+    return ok and not matcher.is_error()
+
+
+def _spec(decide: bool) -> TurnSpec:
+    tools = {
+        "get_weather": WEATHER["function"]["parameters"],
+        "add": ADD["function"]["parameters"],
+    }
+    return TurnSpec("auto", tools, parallel=True, decide=decide)
+
+
+def test_the_auto_grammar_admits_a_short_decision_then_its_call_or_text() -> None:
+    g = lark_grammar(_spec(True))
+    weather = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    assert _admits(g, "Decision: get_weather\n<tool_call>\n" + weather)
+    assert _admits(g, "Decision: get_weather Paris\n<tool_call>" + weather + "\n</tool_call>")
+    assert _admits(g, "Decision: none\nHello there.")
+    assert _admits(g, "Decision: none plain question\nAn answer.")
+    assert not _admits(g, "Decision: search\n")  # a tool that is not offered
+    assert not _admits(g, "Hello, no decision.")  # the decision comes first
+    assert not _admits(g, "Decision: add 1 2\n<tool_call>\n" + weather)  # its own call only
+    assert not _admits(g, "Decision: none\n<tool_call>\n" + weather)  # none: text only
+    # capped: a decision of more than DECISION_MAX_TOKENS tokens (bytes, here) is refused
+    assert not _admits(g, "Decision: none " + "very long reasoning " * 2 + "\nx")
+    plain = lark_grammar(_spec(False))  # off: the turn is what it was
+    assert "Decision" not in plain and _admits(plain, "Hello, no decision.")
+
+
+async def _events(*items: Event) -> AsyncIterator[Event]:
+    for ev in items:
+        yield ev
+
+
+async def test_the_decision_line_is_hidden_even_split_over_deltas() -> None:
+    got = [ev async for ev in hide_decision(_events(
+        ContentDelta("Decis"), ContentDelta("ion: none sma"), ContentDelta("ll\nThe ans"),
+        ContentDelta("wer."), Retry(0, ["bad"]), ContentDelta("Decision: none\nAgain."),
+        Done("stop", 9)))]  # fmt: skip
+    texts = [ev.text for ev in got if isinstance(ev, ContentDelta)]
+    assert texts == ["The ans", "wer.", "Again."]
+    assert isinstance(got[-1], Done) and any(isinstance(ev, Retry) for ev in got)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_decided_turn_answers_as_an_ordinary_response(
+    guidance: Harness, stream: bool
+) -> None:
+    h = guidance
+    weather = call("get_weather", {"city": "Paris"})
+    h.engine.constrained = ["Decision: get_weather Paris\n<tool_call>\n" + weather]
+    body: dict[str, Any] = {"tools": [WEATHER, ADD], "loopstack": {"decide": True}}
+    resp = await post_chat(h, stream=stream, **body)
+    assert resp.status_code == 200, resp.text
+    sent = h.engine.requests[0][1]
+    assert '"Decision: "' in sent["structured_outputs"]["grammar"]
+    assert DECIDE_RULE in sent["prompt"]
+    if stream:
+        chunks = [json.loads(line[6:]) for line in resp.text.splitlines()
+                  if line.startswith("data: {")]  # fmt: skip
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                       if c["choices"])  # fmt: skip
+        names = [tc["function"].get("name") for c in chunks if c["choices"]
+                 for tc in c["choices"][0]["delta"].get("tool_calls") or []]  # fmt: skip
+        assert "Decision" not in text and "get_weather" in names
+    else:
+        msg = resp.json()["choices"][0]["message"]
+        assert not msg["content"] and msg["tool_calls"][0]["function"]["name"] == "get_weather"
+        assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+    # a text answer after `none`: the line is gone, the answer stays
+    h.engine.requests.clear()
+    h.engine.constrained = ["Decision: none\nHello, how can I help?"]
+    resp = await post_chat(h, **body)
+    assert resp.json()["choices"][0]["message"]["content"] == "Hello, how can I help?"
+    # off (the default): no decision in the grammar or the prompt
+    h.engine.requests.clear()
+    h.engine.constrained = ["Hi."]
+    await post_chat(h, tools=[WEATHER, ADD])
+    sent = h.engine.requests[0][1]
+    assert "Decision" not in sent["structured_outputs"]["grammar"]
+    assert DECIDE_RULE not in sent["prompt"]
+
+
+def test_the_shipped_defaults_are_per_model() -> None:
+    small = selection_defaults("qwen2.5-coder-0.5b-instruct")
+    assert small == SelectionDefaults(rank=True, top_k=5, min_score=0.3, abstain=True)
+    assert selection_defaults("qwen2.5-coder-1.5b-instruct") == SelectionDefaults()
+    assert selection_defaults("qwen2.5-coder-0.5b-instruct", rank=False).rank is False
