@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import ServingError, error_body
+from serving.http.messages_routes import install as install_messages
 from serving.limits import EdgeGuard
 from serving.metrics import Metrics
 from serving.routes import AppState, router
@@ -160,4 +161,5 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
         EdgeGuard, api_key=state.api_key, max_request_bytes=state.limits.max_request_bytes
     )
     app.add_middleware(TraceMiddleware, metrics=state.metrics)
+    install_messages(app)  # /v1/messages (Anthropic): routes and their error envelope
     return app

@@ -38,6 +38,7 @@ from serving.engine import VLLMEngine, read_engine_key
 from serving.engine_process import ensure_port_free
 from serving.exceptions import EnginePortInUse
 from serving.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
+from serving.http.aliases import parse_aliases
 from serving.limits import Limits
 from serving.metrics import Metrics
 from serving.model_files import tokenizer_folder
@@ -144,6 +145,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             retry_after_s=settings.retry_after_s,
         ),
         model_name=name,
+        model_aliases=parse_aliases(settings.model_aliases, name),
         api_key=settings.api_key,
         max_model_len=launch.max_model_len,
         limits=Limits(
