@@ -382,9 +382,7 @@ async def test_both_auth_headers(make_harness: Any) -> None:
     for headers in ({"x-api-key": "sekret"}, {"authorization": "Bearer sekret"}):
         resp = await post(h, headers=headers)
         assert resp.status_code == 200, resp.text
-        count = await h.client.post(
-            "/v1/messages/count_tokens", json=body(), headers=headers
-        )
+        count = await h.client.post("/v1/messages/count_tokens", json=body(), headers=headers)
         assert count.status_code == 200, count.text
     for headers in ({}, {"x-api-key": "wrong"}, {"authorization": "Bearer wrong"},
                     {"x-api-key": ""}):  # fmt: skip
@@ -434,8 +432,10 @@ async def test_malformed_bodies_are_4xx_in_the_anthropic_shape(
         resp = await h.client.post(path, content=bad, headers={"content-type": "application/json"})
     else:
         resp = await h.client.post(path, json=bad)
-    if path.endswith("count_tokens") and isinstance(bad, dict) and (
-        "max_tokens" not in bad or bad["max_tokens"] == 0
+    if (
+        path.endswith("count_tokens")
+        and isinstance(bad, dict)
+        and ("max_tokens" not in bad or bad["max_tokens"] == 0)
     ):
         if "max_tokens" not in bad:  # count_tokens takes no max_tokens
             assert resp.status_code == 200, resp.text
