@@ -115,7 +115,7 @@ def round_trip(model: str) -> dict[str, Any]:
             "content": [{"type": "tool_result", "tool_use_id": use.id, "content": RESULT}],
         },
     ]
-    second = c.messages.create(model=model, max_tokens=200, tools=[WEATHER], messages=history)
+    second = c.messages.create(model=model, max_tokens=96, tools=[WEATHER], messages=history)
     return {"first": summary(first), "second": summary(second)}
 
 

@@ -117,12 +117,12 @@ def scripted_server(project: Path) -> Iterator[str]:
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def run_sdk(python: Path, base_url: str, model: str) -> dict[str, Any]:
+def run_sdk(python: Path, base_url: str, model: str, *cases: str) -> dict[str, Any]:
     env = {**os.environ, "ANTHROPIC_BASE_URL": base_url, "LOOPSTACK_TEST_KEY": API_KEY}
     env.pop("ANTHROPIC_API_KEY", None)
     env.pop("ANTHROPIC_AUTH_TOKEN", None)
     done = subprocess.run(
-        [str(python), str(SDK_SCRIPT), model], env=env, capture_output=True, text=True,
+        [str(python), str(SDK_SCRIPT), model, *cases], env=env, capture_output=True, text=True,
         timeout=800,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -194,16 +194,20 @@ def test_claude_code_against_the_scripted_engine(
 
 
 # --------------------------------------------------------------------------- real model
+# The cases that cover the protocol on a CPU within the test-time budget (each generation of
+# the 0.5B takes seconds here); the scripted run above covers every case.
+REAL_MODEL_CASES = ("stream", "tool-any-stream", "round-trip", "count-tokens")
+
+
 def test_anthropic_sdk_against_the_real_model(sdk_python: Path, server: Server) -> None:
     """Every case connects and parses; what the model said is reported, not judged."""
-    out = run_sdk(sdk_python, server.base_url, server.model)
+    out = run_sdk(sdk_python, server.base_url, server.model, *REAL_MODEL_CASES)
     report = {k: v.get("content", v.get("second", v)) for k, v in out["cases"].items()}
     print("anthropic SDK on the real model:", json.dumps(report)[:4000])
     failed = {k: v["error"] for k, v in out["cases"].items() if not v["ok"]}
     assert not failed, failed
     # a call is certain where the constraint asks for one
-    for name in ("tool-any", "tool-named", "tool-any-stream"):
-        assert out["cases"][name]["content"][-1]["type"] == "tool_use"
+    assert out["cases"]["tool-any-stream"]["content"][-1]["type"] == "tool_use"
 
 
 def test_claude_code_against_the_real_model(claude: Path, server: Server, project: Path) -> None:
