@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from serving.envelope import TOOL_CALL_OPEN
+from serving.exceptions import UpstreamError
 from serving.http import messages as messages_events
 from serving.http import messages_routes
 from serving.http.messages_protocol import message_from_chat
@@ -469,3 +470,40 @@ async def test_count_tokens_counts_the_rendered_prompt(harness: Harness) -> None
         h.prompts.render([{"role": "system", "content": "Be kind."}, *USER], None)
     )
     assert h.engine.requests == []  # counting generates nothing
+
+
+async def test_an_engine_failure_mid_stream_is_an_error_event_and_frees_the_slot(
+    make_harness: Any,
+) -> None:
+    h = make_harness(max_running=1)
+    h.engine.fail = (500, {"error": {"message": "engine fell over"}})
+    resp = await post(h, stream=True, tools=[WEATHER], tool_choice={"type": "any"})
+    assert resp.status_code == 200  # the events had begun
+    got = events(resp.text)
+    assert got[0][0] == "message_start"
+    name, data = got[-1]
+    assert name == "error" and data["error"]["type"] == "api_error", got
+    assert "message_stop" not in [n for n, _ in got]
+    h.engine.fail = None
+    h.engine.constrained = [call("get_weather", PARIS)]
+    # the one admission slot is free again
+    again = await asyncio.wait_for(post(h, tools=[WEATHER], tool_choice={"type": "any"}), 10)
+    assert again.status_code == 200, again.text
+
+
+async def test_an_engine_error_before_the_first_event_is_an_http_error(harness: Harness) -> None:
+    h = harness
+    # the pass-through path surfaces the engine's answer before any event: an HTTP 4xx
+    original = h.engine.stream
+
+    async def failing(path: str, body: dict[str, Any]) -> Any:
+        raise UpstreamError(400, {"error": {"message": "prompt too long for the engine"}})
+        yield b""  # pragma: no cover
+
+    h.engine.stream = failing  # type: ignore[method-assign]
+    try:
+        resp = await post(h, stream=True)
+    finally:
+        h.engine.stream = original  # type: ignore[method-assign]
+    message = assert_anthropic_error(resp, 400, "invalid_request_error")
+    assert "too long" in message
