@@ -418,8 +418,8 @@ MALFORMED: list[Any] = [
     body(system=5),
     body(stop_sequences="END"),
     body(messages=[{"role": "system", "content": "only a system entry"}]),
-    b'{"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": NaN}]}',
-    b'{"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": "\\ud800"}]}',
+    b'{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": NaN}]}',
+    b'{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "\\ud800"}]}',
 ]
 
 
@@ -460,8 +460,8 @@ async def test_count_tokens_counts_the_rendered_prompt(harness: Harness) -> None
     assert resp.status_code == 200, resp.text
     n = resp.json()
     assert set(n) == {"input_tokens"}
-    tools = [{"type": "function", "function": {"name": "get_weather",
-              "description": WEATHER["description"], "parameters": WEATHER["input_schema"]}}]  # fmt: skip
+    fn = {"name": "get_weather", "description": WEATHER["description"]}
+    tools = [{"type": "function", "function": {**fn, "parameters": WEATHER["input_schema"]}}]
     expected = h.prompts.count_tokens(h.prompts.render(USER, tools))
     assert n["input_tokens"] == expected
     system = [{"type": "text", "text": BILLING.format("z")}, {"type": "text", "text": "Be kind."}]

@@ -17,8 +17,8 @@ from fastapi.routing import APIRoute
 from starlette.types import Message
 
 from serving.api import build_app
-from serving.http.messages_routes import router as messages_router
 from serving.exceptions import InvalidRequest
+from serving.http.messages_routes import router as messages_router
 from serving.routes import CLIENT_CLOSED_REQUEST, router, with_cancellation
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import chat_body, post_chat
