@@ -17,6 +17,7 @@ nor mapped is a 404 ``model_not_found`` that lists what is served.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 from serving.exceptions import ModelNotFound
@@ -24,6 +25,7 @@ from serving.exceptions import ModelNotFound
 __all__ = ["CATCH_ALL", "parse_aliases", "resolve_model_name"]
 
 CATCH_ALL = "*"
+_NAME = re.compile(r"[\w.:/@+-]+\*?|\*")  # a model name, or a prefix ending in *
 
 
 def parse_aliases(text: str, served: str) -> dict[str, str]:
@@ -48,8 +50,8 @@ def parse_aliases(text: str, served: str) -> dict[str, str]:
             pairs.append((name.strip(), target.strip() if sep else served))
     aliases: dict[str, str] = {}
     for name, target in pairs:
-        if not name:
-            raise ValueError("LOOPSTACK_MODEL_ALIASES: an alias without a name")
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"LOOPSTACK_MODEL_ALIASES: {name!r} is not a model name")
         target = target or served
         if target != served:
             raise ValueError(
