@@ -3,7 +3,8 @@
 Two layers:
 
 * `EdgeGuard`, a pure ASGI middleware, runs before routing and parsing: it checks the API key
-  (constant-time) on ``/v1/*`` *before the body is read*, and reads the body itself, counting
+  (constant-time; ``Authorization: Bearer`` or Anthropic's ``x-api-key``) on ``/v1/*``
+  *before the body is read*, and reads the body itself, counting
   bytes, so a body over `Limits.max_request_bytes` is answered 413 without ever being held
   whole in memory or parsed.
 * `check_chat` / `check_completion` / `check_embeddings` run on the parsed request, before
