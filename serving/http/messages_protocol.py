@@ -223,7 +223,7 @@ def to_chat(
         "max_tokens": req.max_tokens,
         "stream": req.stream if stream is None else stream,
     }
-    tools = []
+    tools: list[dict[str, Any]] = []
     for tool in req.tools or []:
         if any(t["function"]["name"] == tool.name for t in tools):
             raise ValueError(f"tools: duplicate tool name {tool.name!r}")
