@@ -9,7 +9,7 @@ body=$(mktemp --suffix=.json)
 .venv/bin/python $here/capture_claude.py "$body"
 port=18230
 LOOPSTACK_PORT=$port LOOPSTACK_ENGINE_PORT=$((port + 1)) LOOPSTACK_API_KEY=measure \
-  HF_HUB_OFFLINE=1 .venv/bin/loopstack serve > "$out.server.log" 2>&1 &
+  HF_HUB_OFFLINE=1 PYTHONPATH=$PWD .venv/bin/python -m loopstack serve > "$out.server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$body"' EXIT
 started=$(date +%s)
