@@ -9,12 +9,12 @@ body=$(mktemp --suffix=.json)
 .venv/bin/python $here/capture_claude.py "$body"
 port=18230
 LOOPSTACK_PORT=$port LOOPSTACK_ENGINE_PORT=$((port + 1)) LOOPSTACK_API_KEY=measure \
-  HF_HUB_OFFLINE=1 PYTHONPATH=$PWD .venv/bin/python -m loopstack serve > "$out.server.txt" 2>&1 &
+  HF_HUB_OFFLINE=1 PYTHONPATH=$PWD .venv/bin/python -m loopstack serve > "${out%.jsonl}-server.txt" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$body"' EXIT
 started=$(date +%s)
 until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
-  kill -0 $server 2>/dev/null || { tail -20 "$out.server.txt"; exit 1; }
+  kill -0 $server 2>/dev/null || { tail -20 "${out%.jsonl}-server.txt"; exit 1; }
   sleep 2
 done
 echo "{\"server_ready_s\": $(( $(date +%s) - started )), \"date\": \"$(date -u +%FT%TZ)\", \"nproc\": $(nproc)}" > "$out"
