@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install clients postgres serve test test-unit test-integration lint format bench bench-serving eval example-cs images clean gpu-checks constraints-gpu
+.PHONY: help install clients npm-claude postgres serve test test-unit test-integration lint format bench bench-serving eval example-cs images clean gpu-checks constraints-gpu
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
@@ -66,6 +66,18 @@ $(CLIENTS)/.installed: requirements/clients.txt
 	$(CLIENTS)/bin/pip install -q --no-compile -r requirements/clients.txt
 	touch $@
 
+# Claude Code, pinned (the newest needs Node 22; Node 20 runs this one), in a prefix of its own:
+# tests/integration/test_messages_clients.py runs `claude -p` against the server. Its package
+# carries its native binary; the postinstall script is not needed.
+NPM_CLIENTS := .npm-clients
+CLAUDE_CODE := 2.1.197
+npm-claude: $(NPM_CLIENTS)/.claude-code-$(CLAUDE_CODE)
+
+$(NPM_CLIENTS)/.claude-code-$(CLAUDE_CODE):
+	npm install -g --prefix $(NPM_CLIENTS) --no-fund --no-audit --loglevel=error \
+	  @anthropic-ai/claude-code@$(CLAUDE_CODE)
+	touch $@
+
 # The memory tests start and stop their own PostgreSQL 15 (bench/memory/local_postgres.py) from the
 # Debian server binaries; a machine without them gets the package here (never a mock).
 postgres:
@@ -97,12 +109,16 @@ test: install postgres
 	  prep=$$!; \
 	  flock $(CLIENTS).lock make -s clients > $(VENV)/clients.log 2>&1 & \
 	  clients=$$!; \
+	  { ! command -v npm >/dev/null || flock $(NPM_CLIENTS).lock make -s npm-claude; } \
+	    > $(VENV)/npm-claude.log 2>&1 & \
+	  npmc=$$!; \
 	  { $(GPU_CHECKS); } > $(VENV)/gpu-checks.log 2>&1 & \
 	  gpu=$$!; \
 	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
 	  rc=$$?; \
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
 	  wait $$clients || { echo "make clients failed:"; tail -20 $(VENV)/clients.log; }; \
+	  wait $$npmc || { echo "make npm-claude failed:"; tail -20 $(VENV)/npm-claude.log; }; \
 	  wait $$gpu || { echo "GPU checks failed:"; tail -20 $(VENV)/gpu-checks.log; rc=1; }; \
 	  exit $$rc
 

@@ -54,6 +54,13 @@ class ServerSettings(BaseSettings):
         "(serving.engine.offline_models).",
     )
     served_model_name: str | None = None
+    model_aliases: str = Field(
+        default="",
+        description="Other model names answered by the served model (clients' defaults: "
+        "`claude-*`, `gpt-5`): `name=target,...` or a JSON object, `*` a catch-all, `name*` a "
+        "prefix; the target must be the served name (empty: the served name). Other names: 404 "
+        "model_not_found (serving/http/aliases.py).",
+    )
     home: Path = Path("~/.cache/loopstack").expanduser()
     api_key: str | None = None
 

@@ -124,10 +124,14 @@ class ModelNotFound(RequestError):
     status_code = 404
     error_type = "invalid_request_error"
 
-    def __init__(self, model: str):
-        super().__init__(
-            f"The model `{model}` does not exist.", param="model", code="model_not_found"
-        )
+    def __init__(self, model: str, *, served: list[str] | None = None):
+        message = f"The model `{model}` does not exist."
+        if served:
+            message += (
+                f" This server serves: {', '.join(f'`{s}`' for s in served)}"
+                " (an operator can map other names onto it: LOOPSTACK_MODEL_ALIASES)."
+            )
+        super().__init__(message, param="model", code="model_not_found")
 
 
 class PayloadTooLarge(RequestError):

@@ -45,6 +45,7 @@ from serving.engine.process import ensure_port_free
 from serving.engine.supervisor import VLLMEngine, read_engine_key
 from serving.exceptions import EnginePortInUse
 from serving.http.admission import Admission
+from serving.http.aliases import parse_aliases
 from serving.http.app import AppState, TraceIdFilter, build_app
 from serving.http.chat import ChatService
 from serving.http.limits import Limits
@@ -172,6 +173,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             retry_after_s=settings.retry_after_s,
         ),
         model_name=name,
+        model_aliases=parse_aliases(settings.model_aliases, name),
         api_key=settings.api_key,
         max_model_len=launch.max_model_len,
         limits=unpack(Limits, settings),

@@ -30,7 +30,30 @@ from serving.engine.model_files import ModelFacts, read_facts
 
 logger = logging.getLogger(__name__)
 
-CPU_MAX_MODEL_LEN = 8192
+#: The CPU context, largest first: the first whose `CPU_KV_SEQUENCES` full sequences fit in
+#: the KV cache (and that the model supports) is the default. 32k holds Claude Code's first
+#: request (~19-25k tokens) and Codex's (~8.5k) with room to work; 8192 is the floor.
+CPU_CONTEXTS = (32768, 16384, 8192)
+CPU_MAX_MODEL_LEN = CPU_CONTEXTS[-1]  # when the model's KV size is unknown
+CPU_KV_SEQUENCES = 2  # full-context sequences the KV cache must hold at once
+
+
+def cpu_context(facts: ModelFacts, kv_gib: int, dtype: str) -> int:
+    """The CPU default context length: the largest of `CPU_CONTEXTS` that the model supports
+    and of which the KV cache (``VLLM_CPU_KVCACHE_SPACE``, sized from RAM) holds
+    `CPU_KV_SEQUENCES` whole sequences. The 0.5B default (24 layers, 2 KV heads of 64) in
+    float32 takes 24 KiB a token: 32k = 768 MiB, so 32k from a 2 GiB cache (12 GiB of RAM)
+    on; a 1 GiB cache gets 16k."""
+    per_token = facts.kv_bytes_per_token(2 if dtype == "bfloat16" else 4)
+    if per_token is None:
+        return CPU_MAX_MODEL_LEN
+    budget = kv_gib * 2**30
+    for length in CPU_CONTEXTS:
+        if facts.context_len is not None and length > facts.context_len:
+            continue
+        if CPU_KV_SEQUENCES * length * per_token <= budget:
+            return length
+    return CPU_MAX_MODEL_LEN
 
 
 @dataclass(frozen=True)
@@ -231,9 +254,12 @@ def vllm_launch(
     }
     max_len = settings.max_model_len
     if hw.device == "cpu":
-        max_len = max_len or CPU_MAX_MODEL_LEN
         kv = settings.cpu_kv_cache_gib or max(1, min(8, int(hw.mem_gib // 6)))
-        argv += ["--enforce-eager", "--dtype", cpu_dtype(settings.cpu_dtype, hw)]
+        dtype = cpu_dtype(settings.cpu_dtype, hw)
+        if not max_len:
+            facts = facts if facts is not None else read_facts(model_path)
+            max_len = cpu_context(facts, kv, dtype)
+        argv += ["--enforce-eager", "--dtype", dtype]
         argv += ["--block-size", str(settings.cpu_block_size)]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv)
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -46,6 +46,14 @@ class ModelFacts:
     kv_heads: int | None = None
     context_len: int | None = None
     vocab_size: int | None = None
+    layers: int | None = None
+    head_dim: int | None = None
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int | None:
+        """Bytes of KV cache one token takes (keys and values of every layer), or None."""
+        if self.layers is None or self.kv_heads is None or self.head_dim is None:
+            return None
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
 
 def model_file(path_or_id: str, name: str) -> Path | None:
@@ -82,11 +90,15 @@ def facts_from_config(config: dict[str, Any]) -> ModelFacts:
         config = {**config, **text}
     heads = _int(config, "num_attention_heads") or _int(config, "n_head")
     lengths = [n for key in CONTEXT_KEYS if (n := _int(config, key)) is not None]
+    hidden = _int(config, "hidden_size")
+    head_dim = _int(config, "head_dim") or (hidden // heads if hidden and heads else None)
     return ModelFacts(
         attention_heads=heads,
         kv_heads=_int(config, "num_key_value_heads") or heads,
         context_len=min(lengths) if lengths else None,
         vocab_size=_int(config, "vocab_size"),
+        layers=_int(config, "num_hidden_layers") or _int(config, "n_layer"),
+        head_dim=head_dim,
     )
 
 

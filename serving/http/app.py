@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import ServingError, error_body
 from serving.http.limits import EdgeGuard
+from serving.http.messages_routes import install as install_messages
 from serving.http.routes import AppState, router
 from serving.metrics import Metrics
 
@@ -164,4 +165,5 @@ def build_app(
         EdgeGuard, api_key=state.api_key, max_request_bytes=state.limits.max_request_bytes
     )
     app.add_middleware(TraceMiddleware, metrics=state.metrics)
+    install_messages(app)  # /v1/messages (Anthropic): routes and their error envelope
     return app

@@ -3,12 +3,14 @@
 Two layers:
 
 * `EdgeGuard`, a pure ASGI middleware, runs before routing and parsing: it checks the API key
-  (constant-time) on ``/v1/*`` *before the body is read*, and reads the body itself, counting
+  (constant-time; ``Authorization: Bearer`` or Anthropic's ``x-api-key``) on ``/v1/*``
+  *before the body is read*, and reads the body itself, counting
   bytes, so a body over `Limits.max_request_bytes` is answered 413 without ever being held
   whole in memory or parsed.
 * `check_chat` / `check_completion` / `check_embeddings` run on the parsed request, before
   admission: counts (messages, tools, stop strings, prompts, embedding inputs) and
-  ``max_tokens`` against the context length.
+  ``max_tokens`` above what the context leaves is lowered, not refused
+  (`serving.http.context_fit`).
 
 Every refusal is an OpenAI-style error body built by `serving.exceptions.error_body`.
 """
@@ -62,7 +64,6 @@ def check_chat(req: ChatCompletionRequest, limits: Limits, max_model_len: int | 
             code="too_many_tools",
         )
     _check_stop(req.stop, limits)
-    _check_max_tokens(req.completion_limit, max_model_len)
 
 
 def check_completion(req: CompletionRequest, limits: Limits, max_model_len: int | None) -> None:
@@ -77,7 +78,6 @@ def check_completion(req: CompletionRequest, limits: Limits, max_model_len: int 
             code="too_many_prompts",
         )
     _check_stop(req.stop, limits)
-    _check_max_tokens(req.max_tokens, max_model_len)
 
 
 def check_embeddings(req: EmbeddingRequest, limits: Limits) -> list[str]:
@@ -101,16 +101,6 @@ def _check_stop(stop: str | list[str] | None, limits: Limits) -> None:
         raise InvalidRequest(
             f"at most {limits.max_stop} stop sequences (LOOPSTACK_MAX_STOP); got {len(stop)}",
             param="stop",
-        )
-
-
-def _check_max_tokens(max_tokens: int | None, max_model_len: int | None) -> None:
-    if max_tokens is not None and max_model_len is not None and max_tokens > max_model_len:
-        raise InvalidRequest(
-            f"max_tokens is {max_tokens}, but this model's maximum context length is "
-            f"{max_model_len} tokens.",
-            param="max_tokens",
-            code="context_length_exceeded",
         )
 
 
@@ -148,7 +138,10 @@ class EdgeGuard:
         headers = dict(scope.get("headers") or [])
         if self.api_key is not None and path.startswith("/v1/"):
             header = headers.get(b"authorization", b"").decode("latin-1")
-            if not key_matches(self.api_key, header):
+            x_api_key = headers.get(b"x-api-key", b"").decode("latin-1")  # Anthropic's clients
+            if not key_matches(self.api_key, header) and not key_matches(
+                self.api_key, f"Bearer {x_api_key}"
+            ):
                 exc = AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
                 await _answer(exc, scope, receive, send)
                 return

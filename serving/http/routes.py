@@ -39,7 +39,9 @@ from serving.engine.supervisor import Engine
 from serving.engine.transport import ENGINE_RETRY_AFTER_S, session_key_var
 from serving.exceptions import ModelNotFound, ServingError
 from serving.http.admission import Admission
+from serving.http.aliases import resolve_model_name
 from serving.http.chat import Answer, ChatService
+from serving.http.context_fit import clamped, fit_chat, fit_completion
 from serving.http.limits import Limits, check_chat, check_completion, check_embeddings
 from serving.metrics import Metrics
 from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
@@ -102,6 +104,7 @@ class AppState:
     api_key: str | None = None
     max_model_len: int | None = None
     limits: Limits = field(default_factory=Limits)
+    model_aliases: dict[str, str] = field(default_factory=dict)  # LOOPSTACK_MODEL_ALIASES
 
 
 def app_state(request: Request) -> AppState:
@@ -219,7 +222,13 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Resp
     _check_model(state, req.model)
     check_chat(req, state.limits, state.max_model_len)
     bind_session(request, req.model_extra)
-    return await _generate(state, lambda: state.chat.create(req))
+    fit = await fit_chat(req, state.chat, state.max_model_len)  # max_tokens lowered to fit
+
+    async def run() -> Answer:
+        answer = await state.chat.create(fit.request)
+        return Answer(answer.body, {**answer.headers, **clamped(fit.asked, fit.given)})
+
+    return await _generate(state, run)
 
 
 @router.post("/v1/completions", responses=ERROR_RESPONSES)
@@ -229,11 +238,12 @@ async def completions(req: CompletionRequest, request: Request) -> Response:
     _check_model(state, req.model)
     check_completion(req, state.limits, state.max_model_len)
     bind_session(request, req.model_extra)
+    req, asked = fit_completion(req, state.chat.prompts, state.max_model_len)
     body = req.model_dump(exclude_none=True)
     body["model"] = state.engine.model_name
 
     async def run() -> Answer:  # client constraints: probed or 400; then relayed
-        return Answer(await state.chat.completion(body))
+        return Answer(await state.chat.completion(body), clamped(asked, req.max_tokens))
 
     return await _generate(state, run)
 
@@ -252,8 +262,7 @@ async def embeddings(req: EmbeddingRequest, request: Request) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- generation
 def _check_model(state: AppState, name: str) -> None:
-    if name != state.model_name:
-        raise ModelNotFound(name)
+    resolve_model_name(name, state.model_name, state.model_aliases)  # or 404
 
 
 def bind_session(request: Request, extra: dict[str, Any] | None) -> None:

@@ -30,6 +30,8 @@ EXAMPLES = {  # per operation; LOOPSTACK_FUZZ_SCALE multiplies them for longer l
     "POST /v1/chat/completions": 40,
     "POST /v1/completions": 25,
     "POST /v1/embeddings": 20,
+    "POST /v1/messages": 30,  # Anthropic Messages: its own 4xx envelope, never a 5xx
+    "POST /v1/messages/count_tokens": 15,
     "GET /v1/models": 5,
     "GET /health": 3,
 }

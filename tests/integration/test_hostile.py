@@ -225,7 +225,6 @@ CLIENT_CASES: dict[str, dict[str, Any]] = {
     "too-many-tools": {"tools": [tool(f"t{i}") for i in range(129)]},
     "thousands-of-tools": {"tools": [tool(f"t{i}") for i in range(3000)]},
     "too-many-stop": {"stop": [f"s{i}" for i in range(17)]},
-    "max_tokens-beyond-context": {"max_tokens": 10_000_000},
     "schema-300-levels": {"tools": [tool(params=deep_schema(300))], "tool_choice": "required"},
     "min-above-max": {
         "tools": [
@@ -262,6 +261,19 @@ def test_client_requests(server: Server, watch: HealthWatch, case: str) -> None:
         client.chat.completions.create(**kw)
     record(case, exc.value.status_code)
     assert exc.value.status_code == 400, exc.value.message
+
+
+def test_max_tokens_beyond_the_context_is_lowered(server: Server, watch: HealthWatch) -> None:
+    """Not refused (vLLM lowers it too; Claude Code always asks for 32000): lowered to what the
+    context leaves and said in a header. Streamed and closed at once: nothing is generated
+    for long."""
+    body = {"model": server.model, "messages": USER, "max_tokens": 10_000_000, "stream": True}
+    with httpx.stream("POST", server.base_url + CHAT, json=body, headers=AUTH,
+                      timeout=120) as resp:  # fmt: skip
+        assert resp.status_code == 200, resp.read()
+        asked, given = resp.headers["x-loopstack-max-tokens-clamped"].split("->")
+    assert asked == "10000000" and 0 < int(given) < 10_000_000
+    record("max_tokens-beyond-context", 200)
 
 
 def test_wrong_key_and_embedding_limits(server: Server, watch: HealthWatch) -> None:

@@ -1,10 +1,14 @@
 """The vLLM command line for a CPU box: the dtype follows what the CPU computes natively;
-the KV cache is sized from RAM."""
+the KV cache is sized from RAM, the context from the KV cache."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from serving.config import ServerSettings
-from serving.engine.hardware import Hardware, cpu_dtype, vllm_launch
+from serving.engine.hardware import Hardware, cpu_context, cpu_dtype, vllm_launch
+from serving.engine.model_files import ModelFacts
 
 
 def _cpu(*flags: str) -> Hardware:
@@ -58,3 +62,30 @@ def test_cpu_block_size_is_32_unless_set_and_gpu_keeps_vllms() -> None:
     assert argv[argv.index("--block-size") + 1] == "128"
     gpu = vllm_launch(ServerSettings(), Hardware("cuda", 1, 8, 64.0), "m", "m").argv
     assert "--block-size" not in gpu
+
+
+QWEN_05B = ModelFacts(attention_heads=14, kv_heads=2, context_len=32768, layers=24, head_dim=64)
+
+
+def test_cpu_context_is_32k_where_the_kv_cache_holds_two_sequences() -> None:
+    assert QWEN_05B.kv_bytes_per_token(4) == 24 * 1024  # 2 x 24 layers x 2 heads x 64 x 4 B
+    assert cpu_context(QWEN_05B, 2, "float32") == 32768  # 2 x 768 MiB <= 2 GiB
+    assert cpu_context(QWEN_05B, 1, "float32") == 16384
+    assert cpu_context(QWEN_05B, 1, "bfloat16") == 32768  # 12 KiB a token
+    short = ModelFacts(kv_heads=2, context_len=16384, layers=24, head_dim=64)
+    assert cpu_context(short, 8, "float32") == 16384  # never beyond the model's own
+    assert cpu_context(ModelFacts(), 8, "float32") == 8192  # unknown KV size: the floor
+
+
+def test_cpu_launch_sizes_the_context_from_ram_and_the_model(tmp_path: Path) -> None:
+    config = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+              "hidden_size": 896, "max_position_embeddings": 32768}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    big = Hardware("cpu", 0, 2, 23.0)  # this box: a 3 GiB KV cache
+    launch = vllm_launch(ServerSettings(), big, str(tmp_path), "m")
+    assert launch.max_model_len == 32768
+    assert launch.argv[launch.argv.index("--max-model-len") + 1] == "32768"
+    small = Hardware("cpu", 0, 2, 8.0)  # 1 GiB of KV cache, float32
+    assert vllm_launch(ServerSettings(), small, str(tmp_path), "m").max_model_len == 16384
+    set_ = vllm_launch(ServerSettings(max_model_len=4096), big, str(tmp_path), "m")
+    assert set_.max_model_len == 4096

@@ -18,6 +18,7 @@ from starlette.types import Message
 
 from serving.exceptions import InvalidRequest
 from serving.http.app import build_app
+from serving.http.messages_routes import router as messages_router
 from serving.http.routes import CLIENT_CLOSED_REQUEST, router, with_cancellation
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import chat_body, post_chat
@@ -41,10 +42,13 @@ def _api_routes(routes: list[Any]) -> dict[tuple[str, str], APIRoute]:
 def test_every_route_is_on_the_module_level_router(harness: Harness) -> None:
     declared = _api_routes(router.routes)
     assert set(declared) == ROUTES
+    messages = _api_routes(messages_router.routes)  # the Anthropic front-end's own router
+    assert set(messages) == {("/v1/messages", "POST"), ("/v1/messages/count_tokens", "POST")}
     served = _api_routes(build_app(harness.state).routes)  # build_app adds none of its own
-    assert set(served) == ROUTES
+    assert set(served) == ROUTES | set(messages)
     wrapped = {path for (path, _), r in declared.items() if hasattr(r.endpoint, "__wrapped__")}
     assert wrapped == CANCELLABLE
+    assert hasattr(messages[("/v1/messages", "POST")].endpoint, "__wrapped__")
 
 
 async def test_each_app_serves_its_own_state(make_harness: Any) -> None:
