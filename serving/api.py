@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import ServingError, error_body
+from serving.http.responses_routes import router as responses_router
 from serving.limits import EdgeGuard
 from serving.metrics import Metrics
 from serving.routes import AppState, router
@@ -152,6 +153,7 @@ def build_app(state: AppState, *, lifespan: Any = None) -> FastAPI:
     )
     app.state.loopstack = state
     app.include_router(router)
+    app.include_router(responses_router)  # POST/GET/DELETE /v1/responses
     # Pure ASGI middlewares: @app.middleware("http") would wrap `receive` and keep client
     # disconnects from the routes' `with_cancellation`, so aborts would never happen. The
     # last one added runs first: trace ids and metrics see every answer, the guard's 401/413

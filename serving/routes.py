@@ -37,6 +37,7 @@ from serving.chat import RESPONSE_HEADERS, ChatService
 from serving.embeddings import MINILM_NAMES, EmbeddingService
 from serving.engine import ENGINE_RETRY_AFTER_S, Engine, session_key_var
 from serving.exceptions import ModelNotFound, ServingError
+from serving.http.codex_catalogue import codex_model_info
 from serving.limits import Limits, check_chat, check_completion, check_embeddings
 from serving.metrics import Metrics
 from serving.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
@@ -206,7 +207,8 @@ async def models(request: Request) -> dict[str, Any]:
     llm.update(owned_by="loopstack", max_model_len=state.max_model_len)
     emb = {"id": state.embeddings.model_name, "object": "model", "created": now}
     emb["owned_by"] = "loopstack"
-    return {"object": "list", "data": [llm, emb]}
+    # `models`: Codex's catalogue (`GET {base_url}/models`), beside `data` for the openai SDK
+    return {"object": "list", "data": [llm, emb], "models": [codex_model_info(state)]}
 
 
 @router.post("/v1/chat/completions", responses=ERROR_RESPONSES)
