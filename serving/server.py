@@ -38,6 +38,7 @@ from serving.engine import VLLMEngine, read_engine_key
 from serving.engine_process import ensure_port_free
 from serving.exceptions import EnginePortInUse
 from serving.hardware import check_cuda_driver, default_model, detect_hardware, vllm_launch
+from serving.http.responses_store import StoreLimits, open_store
 from serving.limits import Limits
 from serving.metrics import Metrics
 from serving.model_files import tokenizer_folder
@@ -157,6 +158,16 @@ def create_app(settings: ServerSettings) -> FastAPI:
         ),
     )
 
+    responses = open_store(
+        settings.responses_db,
+        settings.home,
+        StoreLimits(
+            max_items=settings.responses_max_items,
+            max_age_s=settings.responses_max_age_s,
+            max_bytes=settings.responses_max_bytes,
+        ),
+    )
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         starting = asyncio.create_task(engine.start())  # the tokenizer loads meanwhile
@@ -179,8 +190,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 await watchdog
             await engine.stop()
             backend.close()
+            responses.close()
 
-    return build_app(state, lifespan=lifespan)
+    app = build_app(state, lifespan=lifespan)
+    app.state.responses_store = responses  # serving.http.responses_routes
+    return app
 
 
 def arm_deadline(grace_s: float, on_deadline: Callable[[], None] | None = None) -> None:

@@ -58,6 +58,8 @@ CUSTOM_PARAMETERS: dict[str, Any] = {
     "required": ["input"],
     "additionalProperties": False,
 }
+# Said after a custom tool's own description (which may say "do not wrap it in JSON")
+CUSTOM_HINT = "Call it with one argument, `input`: the whole text as one JSON string."
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 _TEXT_PARTS = {"input_text", "output_text", "text", "refusal", "summary_text"}
 _CALLS = {"function_call", "custom_tool_call"}
@@ -294,9 +296,9 @@ def _tools(tools: list[dict[str, Any]], notes: list[str]) -> tuple[list[dict[str
                     f"{where} ({str(name)[:64]}): its {str(fmt.get('syntax'))[:16]} grammar is "
                     "not enforced; the input is free text"
                 )
-            fn = {"name": name, "parameters": CUSTOM_PARAMETERS}
-            if tool.get("description") is not None:
-                fn["description"] = tool["description"]
+            said = tool.get("description") if isinstance(tool.get("description"), str) else ""
+            fn = {"name": name, "parameters": CUSTOM_PARAMETERS,
+                  "description": (said + "\n\n" if said else "") + CUSTOM_HINT}  # fmt: skip
             out.append({"type": "function", "function": fn})
             if isinstance(name, str):
                 custom.add(name)

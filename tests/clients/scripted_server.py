@@ -1,0 +1,95 @@
+"""The real server process (app, routes, chat service, guidance backend, uvicorn) over a
+scripted engine transport, for the real clients' protocol tests (tests/clients/test_*):
+everything a client meets is the product's code; only the model's text is scripted.
+
+    python -m tests.clients.scripted_server --port 8123 --script script.json [--api-key K]
+
+The script (JSON): ``turns`` - what the model writes on each tool turn, chosen by how many
+tool results the conversation already holds (turn 0: none yet, so an agent that calls a tool
+and sends its output back gets turn 1 next; the last turn repeats); ``chat`` - the answer of
+requests without tools (a JSON text for ``text.format``/``output_type`` tasks). Every engine
+request is appended to ``--log`` (one JSON object a line) so a test can see what the client
+sent back."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from tests.unit.serving.serving_fakes import FakeEngine, FakeTokenizer
+
+TOOL_TURN = "<|im_start|>tool\n"
+
+
+class ScriptedEngine(FakeEngine):
+    """FakeEngine whose constrained answer depends on the conversation, not on the count of
+    requests (clients may send extra ones)."""
+
+    def __init__(self, turns: list[str], chat: str, log: Path | None) -> None:
+        super().__init__()
+        self.turns = turns
+        self.chat_content = chat
+        self.log = log
+
+    def _next(self, body: dict[str, Any]) -> str:
+        done = str(body.get("prompt", "")).count(TOOL_TURN)
+        return self.turns[min(done, len(self.turns) - 1)]
+
+    async def _enter(self, path: str, body: dict[str, Any]) -> None:
+        if self.log is not None:
+            with self.log.open("a") as fh:
+                fh.write(json.dumps({"path": path, "body": body}) + "\n")
+        await super()._enter(path, body)
+
+
+def build(turns: list[str], chat: str, *, log: Path | None, api_key: str | None) -> Any:
+    from serving.admission import Admission
+    from serving.api import AppState, build_app
+    from serving.chat import ChatService
+    from serving.constraint.factory import make_backend
+    from serving.embeddings import EmbeddingService
+    from serving.metrics import Metrics
+    from serving.prompt import PromptBuilder
+
+    engine = ScriptedEngine(turns, chat, log)
+    metrics = Metrics()
+    backend = make_backend("guidance", None, mode="thread", metrics=metrics)
+    chat_service = ChatService(
+        engine,  # type: ignore[arg-type]
+        PromptBuilder(FakeTokenizer(), max_model_len=32_768),
+        metrics=metrics,
+        backend=backend,
+    )
+    state = AppState(
+        engine=engine,  # type: ignore[arg-type]
+        chat=chat_service,
+        embeddings=EmbeddingService("all-MiniLM-L6-v2"),
+        metrics=metrics,
+        admission=Admission(metrics, max_running=8, max_waiting=8, retry_after_s=1),
+        model_name="scripted",
+        api_key=api_key,
+        max_model_len=32_768,
+    )
+    return build_app(state)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--script", type=Path, required=True)
+    ap.add_argument("--log", type=Path)
+    ap.add_argument("--api-key")
+    ns = ap.parse_args()
+    script = json.loads(ns.script.read_text())
+    app = build(script["turns"], script.get("chat", "Done."), log=ns.log, api_key=ns.api_key)
+    logging.basicConfig(level=logging.WARNING)
+    uvicorn.run(app, host="127.0.0.1", port=ns.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
