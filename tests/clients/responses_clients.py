@@ -71,8 +71,13 @@ def sdk_create(model: str) -> dict[str, Any]:
     second = client.responses.create(
         model=model,
         previous_response_id=first.id,
-        input=[{"type": "function_call_output", "call_id": calls[0].call_id,
-                "output": json.dumps({"temperature_c": 21})}],  # fmt: skip
+        input=[
+            {
+                "type": "function_call_output",
+                "call_id": calls[0].call_id,
+                "output": json.dumps({"temperature_c": 21}),
+            }
+        ],  # fmt: skip
         tools=[WEATHER_TOOL],
     )
     result |= {"second": _items(second.output), "second_text": second.output_text}
