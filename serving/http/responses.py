@@ -158,16 +158,18 @@ def _messages(
             if not isinstance(role, str) or role not in _ROLES:
                 raise InvalidRequest(f"{where}.role must be one of {sorted(_ROLES)}", param=where)
             content = _content(item.get("content"), f"{where}.content")
-            messages.append({"role": "system" if role == "developer" else role,
-                             "content": content})  # fmt: skip
+            messages.append({"role": "system" if role == "developer" else role, "content": content})
         elif kind in _CALLS:
             _add_call(messages, item, where, custom=kind == "custom_tool_call")
         elif kind in _OUTPUTS:
             call_id = _string(item, "call_id", where)
             messages.append(
-                {"role": "tool", "tool_call_id": call_id,
-                 "content": _output(item.get("output"), f"{where}.output")}
-            )  # fmt: skip
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": _output(item.get("output"), f"{where}.output"),
+                }
+            )
         elif kind in _DROPPED:
             continue
         else:
@@ -239,8 +241,7 @@ def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
                 raise InvalidRequest(f"{here}: only images given by image_url", param=here)
             parts.append({"type": "image_url", "image_url": {"url": url}})
         else:
-            raise InvalidRequest(f"{here}: content part type {kind!r} is not supported",
-                                 param=here)  # fmt: skip
+            raise InvalidRequest(f"{here}: content part type {kind!r} is not supported", param=here)
     if all(p["type"] == "text" for p in parts):
         return "".join(p["text"] for p in parts)
     return parts
@@ -297,8 +298,11 @@ def _tools(tools: list[dict[str, Any]], notes: list[str]) -> tuple[list[dict[str
                     "not enforced; the input is free text"
                 )
             said = tool.get("description") if isinstance(tool.get("description"), str) else ""
-            fn = {"name": name, "parameters": CUSTOM_PARAMETERS,
-                  "description": (said + "\n\n" if said else "") + CUSTOM_HINT}  # fmt: skip
+            fn = {
+                "name": name,
+                "parameters": CUSTOM_PARAMETERS,
+                "description": (said + "\n\n" if said else "") + CUSTOM_HINT,
+            }
             out.append({"type": "function", "function": fn})
             if isinstance(name, str):
                 custom.add(name)
@@ -324,9 +328,11 @@ def _tool_choice(
         return {"type": "function", "function": {"name": name}}
     if kind == "allowed_tools":
         listed = choice.get("tools")
-        allowed = {str(t.get("name")) for t in listed if isinstance(t, dict)} if isinstance(
-            listed, list
-        ) else set()  # fmt: skip
+        allowed = (
+            {str(t.get("name")) for t in listed if isinstance(t, dict)}
+            if isinstance(listed, list)
+            else set()
+        )
         kept = [t for t in tools if t["function"]["name"] in allowed]
         if not kept:
             raise InvalidRequest("tool_choice.tools names no served tool", param="tool_choice")
@@ -341,14 +347,27 @@ def _tool_choice(
 
 
 # --------------------------------------------------------------------------- the way back
-def call_item(call_id: str, name: str, arguments: str, custom: frozenset[str],
-              *, status: str = "completed", id_: str | None = None) -> dict[str, Any]:  # fmt: skip
+def call_item(
+    call_id: str,
+    name: str,
+    arguments: str,
+    custom: frozenset[str],
+    *,
+    status: str = "completed",
+    id_: str | None = None,
+) -> dict[str, Any]:
     """A chat tool call as a Response output item (a custom tool's as ``custom_tool_call``)."""
     if name in custom:
-        return custom_call_item(id_=id_ or new_id("ctc"), call_id=call_id, name=name,
-                                input_=custom_input(arguments), status=status)  # fmt: skip
-    return function_call_item(id_=id_ or new_id("fc"), call_id=call_id, name=name,
-                              arguments=arguments, status=status)  # fmt: skip
+        return custom_call_item(
+            id_=id_ or new_id("ctc"),
+            call_id=call_id,
+            name=name,
+            input_=custom_input(arguments),
+            status=status,
+        )
+    return function_call_item(
+        id_=id_ or new_id("fc"), call_id=call_id, name=name, arguments=arguments, status=status
+    )
 
 
 def custom_input(arguments: str) -> str:
@@ -391,10 +410,21 @@ def whole_response(
         output.append(message_item(text, id_=new_id("msg")))
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
-        output.append(call_item(call.get("id") or new_id("call"), fn.get("name", ""),
-                                fn.get("arguments", ""), tr.custom))  # fmt: skip
+        output.append(
+            call_item(
+                call.get("id") or new_id("call"),
+                fn.get("name", ""),
+                fn.get("arguments", ""),
+                tr.custom,
+            )
+        )
     status, incomplete = status_of(choice.get("finish_reason"))
     return response_object(
-        req, id_=id_, status=status, output=output, usage_=chat_usage(chat.get("usage")),
-        incomplete=incomplete, notes=tr.notes,
-    )  # fmt: skip
+        req,
+        id_=id_,
+        status=status,
+        output=output,
+        usage_=chat_usage(chat.get("usage")),
+        incomplete=incomplete,
+        notes=tr.notes,
+    )

@@ -139,9 +139,11 @@ def response_object(
     notes: list[str] | None = None,
 ) -> dict[str, Any]:
     """The whole Response object, echoing what the request asked for."""
-    fmt = req.text.format.model_dump(by_alias=True, exclude_none=True) if (
-        req.text and req.text.format
-    ) else {"type": "text"}  # fmt: skip
+    fmt = (
+        req.text.format.model_dump(by_alias=True, exclude_none=True)
+        if (req.text and req.text.format)
+        else {"type": "text"}
+    )
     body: dict[str, Any] = {
         "id": id_,
         "object": "response",

@@ -79,15 +79,21 @@ class _SqlStore:
         raise NotImplementedError
 
     def _put(self, owner: str, stored: Stored) -> None:
-        body = json.dumps({"response": stored.response, "history": stored.history},
-                          ensure_ascii=False)  # fmt: skip
+        body = json.dumps(
+            {"response": stored.response, "history": stored.history}, ensure_ascii=False
+        )
         if len(body) > self.limits.max_bytes:
-            logger.warning("response %s not stored: %d bytes (LOOPSTACK_RESPONSES_MAX_BYTES)",
-                           stored.response.get("id"), len(body))  # fmt: skip
+            logger.warning(
+                "response %s not stored: %d bytes (LOOPSTACK_RESPONSES_MAX_BYTES)",
+                stored.response.get("id"),
+                len(body),
+            )
             return
         now = time.time()
-        self._run(f"INSERT INTO {TABLE} (id, owner, created_at, body) VALUES (?, ?, ?, ?)",
-                  (stored.response["id"], owner, now, body))  # fmt: skip
+        self._run(
+            f"INSERT INTO {TABLE} (id, owner, created_at, body) VALUES (?, ?, ?, ?)",
+            (stored.response["id"], owner, now, body),
+        )
         self._run(f"DELETE FROM {TABLE} WHERE created_at < ?", (now - self.limits.max_age_s,))
         self._run(
             f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} "
@@ -132,8 +138,9 @@ class SqliteStore(_SqlStore):
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0,
-                                   isolation_level=None)  # fmt: skip
+        self._db = sqlite3.connect(
+            str(path), check_same_thread=False, timeout=30.0, isolation_level=None
+        )
         if str(path) != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)

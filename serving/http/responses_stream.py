@@ -91,8 +91,14 @@ class ResponseEvents:
         return f"event: {type_}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
     def snapshot(self, status: str, **kw: Any) -> dict[str, Any]:
-        return response_object(self.req, id_=self.id, status=status, output=list(self.output),
-                               notes=self.tr.notes, **kw)  # fmt: skip
+        return response_object(
+            self.req,
+            id_=self.id,
+            status=status,
+            output=list(self.output),
+            notes=self.tr.notes,
+            **kw,
+        )
 
     # -- the whole stream -------------------------------------------------------------------
     async def run(self, chat: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -106,8 +112,7 @@ class ResponseEvents:
                     pending = asyncio.ensure_future(anext(chunks))
                 done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
                 if not done:
-                    yield self.event("response.in_progress",
-                                     response=self.snapshot("in_progress"))  # fmt: skip
+                    yield self.event("response.in_progress", response=self.snapshot("in_progress"))
                     continue
                 task, pending = pending, None
                 try:
@@ -168,16 +173,30 @@ class ResponseEvents:
             item = message_item("", id_=new_id("msg"), status="in_progress")
             item["content"] = []
             self.output.append(item)
-            out.append(self.event("response.output_item.added", output_index=self.msg_index,
-                                  item=item))  # fmt: skip
-            out.append(self.event("response.content_part.added", item_id=item["id"],
-                                  output_index=self.msg_index, content_index=0,
-                                  part=output_text("")))  # fmt: skip
+            out.append(
+                self.event("response.output_item.added", output_index=self.msg_index, item=item)
+            )
+            out.append(
+                self.event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=self.msg_index,
+                    content_index=0,
+                    part=output_text(""),
+                )
+            )
         self.text += text
         item_id = self.output[self.msg_index]["id"]
-        out.append(self.event("response.output_text.delta", item_id=item_id,
-                              output_index=self.msg_index, content_index=0, delta=text,
-                              logprobs=[]))  # fmt: skip
+        out.append(
+            self.event(
+                "response.output_text.delta",
+                item_id=item_id,
+                output_index=self.msg_index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
         return out
 
     def close_text(self) -> list[bytes]:
@@ -201,11 +220,19 @@ class ResponseEvents:
             out += self.close_call()
             self.call_index = len(self.output)
             self.calls[index] = self.call_index
-            item = call_item(call.get("id") or new_id("call"), fn.get("name") or "", "",
-                             self.tr.custom, status="in_progress")  # fmt: skip
+            item = call_item(
+                call.get("id") or new_id("call"),
+                fn.get("name") or "",
+                "",
+                self.tr.custom,
+                status="in_progress",
+            )
             self.output.append(item)
-            out.append(self.event("response.output_item.added", output_index=self.call_index,
-                                  item=dict(item)))  # fmt: skip
+            out.append(
+                self.event(
+                    "response.output_item.added", output_index=self.call_index, item=dict(item)
+                )
+            )
         at = self.calls[index]
         item = self.output[at]
         piece = fn.get("arguments") or ""
@@ -216,9 +243,14 @@ class ResponseEvents:
         else:
             item["arguments"] += piece
             if at == self.call_index:
-                out.append(self.event("response.function_call_arguments.delta",
-                                      item_id=item["id"], output_index=at,
-                                      delta=piece))  # fmt: skip
+                out.append(
+                    self.event(
+                        "response.function_call_arguments.delta",
+                        item_id=item["id"],
+                        output_index=at,
+                        delta=piece,
+                    )
+                )
         return out
 
     def close_call(self) -> list[bytes]:
@@ -231,8 +263,14 @@ class ResponseEvents:
         if item["type"] == "custom_tool_call":
             item["input"] = custom_input(item["input"])
         else:
-            out.append(self.event("response.function_call_arguments.done", item_id=item["id"],
-                                  output_index=at, arguments=item["arguments"]))  # fmt: skip
+            out.append(
+                self.event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=at,
+                    arguments=item["arguments"],
+                )
+            )
         out.append(self.event("response.output_item.done", output_index=at, item=item))
         return out
 
@@ -240,7 +278,9 @@ class ResponseEvents:
         return self.close_text() + self.close_call()
 
     def failed(self, error: dict[str, Any]) -> list[bytes]:
-        body = {"code": str(error.get("code") or error.get("type") or "server_error"),
-                "message": str(error.get("message") or "generation failed")}  # fmt: skip
+        body = {
+            "code": str(error.get("code") or error.get("type") or "server_error"),
+            "message": str(error.get("message") or "generation failed"),
+        }
         logger.warning("response %s failed mid-stream: %s", self.id, body["message"][:300])
         return [self.event("response.failed", response=self.snapshot("failed", error=body))]

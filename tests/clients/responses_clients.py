@@ -64,8 +64,11 @@ def sdk_create(model: str) -> dict[str, Any]:
     client = _client()
     first = client.responses.create(model=model, input=QUESTION, tools=[WEATHER_TOOL])
     calls = [i for i in first.output if i.type == "function_call"]
-    result: dict[str, Any] = {"first": _items(first.output), "first_status": first.status,
-                              "usage": first.usage.model_dump() if first.usage else None}  # fmt: skip
+    result: dict[str, Any] = {
+        "first": _items(first.output),
+        "first_status": first.status,
+        "usage": first.usage.model_dump() if first.usage else None,
+    }
     if not calls:
         return result
     second = client.responses.create(
@@ -77,7 +80,7 @@ def sdk_create(model: str) -> dict[str, Any]:
                 "call_id": calls[0].call_id,
                 "output": json.dumps({"temperature_c": 21}),
             }
-        ],  # fmt: skip
+        ],
         tools=[WEATHER_TOOL],
     )
     result |= {"second": _items(second.output), "second_text": second.output_text}
@@ -108,8 +111,7 @@ def sdk_parse(model: str) -> dict[str, Any]:
     client = _client()
     parsed = client.responses.parse(model=model, input="What is 6 times 7?", text_format=Answer)
     value = parsed.output_parsed
-    return {"parsed": value.model_dump() if value is not None else None,
-            "text": parsed.output_text}  # fmt: skip
+    return {"parsed": value.model_dump() if value is not None else None, "text": parsed.output_text}
 
 
 def _agent(model: str, tool_values: list[int], **kw: Any) -> Any:
@@ -125,14 +127,21 @@ def _agent(model: str, tool_values: list[int], **kw: Any) -> Any:
         return f"{city}: {drawn} C and sunny"
 
     # `model` as a name: the SDK's default provider, whose default model is the Responses one
-    return Agent(name="weather", instructions="Answer with the tools.", model=model,
-                 tools=[get_weather], **kw)  # fmt: skip
+    return Agent(
+        name="weather",
+        instructions="Answer with the tools.",
+        model=model,
+        tools=[get_weather],
+        **kw,
+    )
 
 
 def _model_class(result: Any) -> str:
-    return type(result.last_agent.model).__name__ if not isinstance(
-        result.last_agent.model, str
-    ) else "str"  # fmt: skip
+    return (
+        type(result.last_agent.model).__name__
+        if not isinstance(result.last_agent.model, str)
+        else "str"
+    )
 
 
 async def agents_run(model: str) -> dict[str, Any]:
@@ -143,8 +152,13 @@ async def agents_run(model: str) -> dict[str, Any]:
     result = await Runner.run(_agent(model, values), QUESTION, max_turns=4)
     calls = [i.raw_item.name for i in result.new_items if isinstance(i, ToolCallItem)]
     outputs = [i.output for i in result.new_items if isinstance(i, ToolCallOutputItem)]
-    return {"final_output": result.final_output, "calls": calls, "outputs": outputs,
-            "tool_values": values, "responses": len(result.raw_responses)}  # fmt: skip
+    return {
+        "final_output": result.final_output,
+        "calls": calls,
+        "outputs": outputs,
+        "tool_values": values,
+        "responses": len(result.raw_responses),
+    }
 
 
 async def agents_stream(model: str) -> dict[str, Any]:
@@ -166,8 +180,10 @@ async def agents_output(model: str) -> dict[str, Any]:
     agent = Agent(name="math", instructions="Answer in JSON.", model=model, output_type=Answer)
     result = await Runner.run(agent, "What is 6 times 7?", max_turns=2)
     out = result.final_output
-    return {"final_output": out.model_dump() if isinstance(out, BaseModel) else out,
-            "type": type(out).__name__}  # fmt: skip
+    return {
+        "final_output": out.model_dump() if isinstance(out, BaseModel) else out,
+        "type": type(out).__name__,
+    }
 
 
 COMMANDS: dict[str, Any] = {

@@ -204,8 +204,11 @@ async def test_auto_lets_the_model_answer_in_text(harness: Harness) -> None:
 async def test_allowed_tools_narrows_then_applies_its_mode(harness: Harness) -> None:
     other = {**FN_WEATHER, "name": "get_time"}
     harness.engine.constrained = [call("get_weather", PARIS) + "\n</tool_call>"]
-    choice = {"type": "allowed_tools", "mode": "required",
-              "tools": [{"type": "function", "name": "get_weather"}]}  # fmt: skip
+    choice = {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "get_weather"}],
+    }
     resp = await create(harness, tools=[FN_WEATHER, other], tool_choice=choice)
     assert resp.status_code == 200, resp.text
     prompt = engine_messages(harness)
@@ -227,8 +230,9 @@ async def test_tool_choice_naming_no_served_tool_is_400(harness: Harness, choice
 
 async def test_parallel_tool_calls_false_reaches_the_plan(harness: Harness) -> None:
     harness.engine.constrained = [call("get_weather", PARIS) + "\n</tool_call>"]
-    resp = await create(harness, tools=[FN_WEATHER], tool_choice="required",
-                        parallel_tool_calls=False)  # fmt: skip
+    resp = await create(
+        harness, tools=[FN_WEATHER], tool_choice="required", parallel_tool_calls=False
+    )
     assert resp.json()["parallel_tool_calls"] is False
     grammar = harness.engine.completions(constrained=True)[-1]["structured_outputs"]["grammar"]
     assert "call)*" not in grammar  # no second call admitted
@@ -251,8 +255,13 @@ async def test_custom_tool_call_comes_back_as_custom_tool_call(harness: Harness)
 async def test_streamed_custom_call_is_added_then_done_with_its_input(harness: Harness) -> None:
     harness.engine.constrained = [call("apply_patch", {"input": PATCH})]
     evs = events((await create(harness, stream=True, tools=[APPLY_PATCH])).text)
-    assert kinds(evs) == ["created", "in_progress", "output_item.added", "output_item.done",
-                          "completed"]  # fmt: skip
+    assert kinds(evs) == [
+        "created",
+        "in_progress",
+        "output_item.added",
+        "output_item.done",
+        "completed",
+    ]
     assert evs[2]["item"]["type"] == "custom_tool_call" and evs[2]["item"]["input"] == ""
     assert evs[3]["item"]["input"] == PATCH and evs[3]["item"]["status"] == "completed"
     assert evs[-1]["response"]["output"] == [evs[3]["item"]]
@@ -260,8 +269,9 @@ async def test_streamed_custom_call_is_added_then_done_with_its_input(harness: H
 
 async def test_named_custom_tool(harness: Harness) -> None:
     harness.engine.constrained = [call("apply_patch", {"input": PATCH}) + "\n</tool_call>"]
-    resp = await create(harness, tools=[APPLY_PATCH],
-                        tool_choice={"type": "custom", "name": "apply_patch"})  # fmt: skip
+    resp = await create(
+        harness, tools=[APPLY_PATCH], tool_choice={"type": "custom", "name": "apply_patch"}
+    )
     assert resp.json()["output"][0]["input"] == PATCH
 
 
@@ -292,8 +302,12 @@ async def test_only_skipped_tools_is_a_plain_answer(harness: Harness) -> None:
 
 # --------------------------------------------------------------------------- text.format
 async def test_text_format_json_schema_is_response_format(harness: Harness) -> None:
-    schema = {"type": "object", "properties": {"answer": {"type": "integer"}},
-              "required": ["answer"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "integer"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
     fmt = {"type": "json_schema", "name": "Answer", "schema": schema, "strict": True}
     resp = await create(harness, text={"format": fmt})
     assert resp.status_code == 200, resp.text
@@ -314,27 +328,56 @@ async def test_text_format_invalid_schema_is_400(harness: Harness) -> None:
 async def test_codex_style_history_reaches_the_prompt(harness: Harness) -> None:
     harness.engine.constrained = ["Done."]
     items: list[dict[str, Any]] = [
-        {"type": "message", "role": "developer", "content": [{"type": "input_text",
-                                                              "text": "DEV RULES"}]},
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "DEV RULES"}],
+        },
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix"}]},
         {"type": "reasoning", "summary": [], "encrypted_content": None},
-        {"type": "function_call", "name": "get_weather", "arguments": '{"city": "Oslo"}',
-         "call_id": "call_1"},
+        {
+            "type": "function_call",
+            "name": "get_weather",
+            "arguments": '{"city": "Oslo"}',
+            "call_id": "call_1",
+        },
         {"type": "function_call_output", "call_id": "call_1", "output": "RAINY"},
         {"type": "custom_tool_call", "name": "apply_patch", "input": PATCH, "call_id": "c2"},
-        {"type": "custom_tool_call_output", "call_id": "c2",
-         "output": [{"type": "input_text", "text": "PATCH APPLIED"}]},
-        {"type": "message", "role": "assistant",
-         "content": [{"type": "output_text", "text": "EARLIER ANSWER"}]},
+        {
+            "type": "custom_tool_call_output",
+            "call_id": "c2",
+            "output": [{"type": "input_text", "text": "PATCH APPLIED"}],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "EARLIER ANSWER"}],
+        },
         {"role": "user", "content": "and now?"},
-    ]  # fmt: skip
-    resp = await create(harness, input=items, tools=[FN_WEATHER, APPLY_PATCH],
-                        instructions="SYSTEM", store=False, include=[],
-                        prompt_cache_key="k1", reasoning=None)  # fmt: skip
+    ]
+    resp = await create(
+        harness,
+        input=items,
+        tools=[FN_WEATHER, APPLY_PATCH],
+        instructions="SYSTEM",
+        store=False,
+        include=[],
+        prompt_cache_key="k1",
+        reasoning=None,
+    )
     assert resp.status_code == 200, resp.text
     prompt = engine_messages(harness)
-    order = ["SYSTEM", "DEV RULES", "fix", "Oslo", "RAINY", "Begin Patch", "PATCH APPLIED",
-             "EARLIER ANSWER", "and now?"]  # fmt: skip
+    order = [
+        "SYSTEM",
+        "DEV RULES",
+        "fix",
+        "Oslo",
+        "RAINY",
+        "Begin Patch",
+        "PATCH APPLIED",
+        "EARLIER ANSWER",
+        "and now?",
+    ]
     at = [prompt.index(s) for s in order]
     assert at == sorted(at), prompt
     assert "<|im_start|>tool\nRAINY" in prompt
@@ -343,9 +386,15 @@ async def test_codex_style_history_reaches_the_prompt(harness: Harness) -> None:
 async def test_agents_sdk_replays_its_own_output_items(harness: Harness) -> None:
     harness.engine.constrained = [call("get_weather", PARIS)]
     first = (await create(harness, tools=[FN_WEATHER], include=[])).json()
-    replay = [{"role": "user", "content": "weather?"}, *first["output"],
-              {"type": "function_call_output", "call_id": first["output"][0]["call_id"],
-               "output": "sunny"}]  # fmt: skip
+    replay = [
+        {"role": "user", "content": "weather?"},
+        *first["output"],
+        {
+            "type": "function_call_output",
+            "call_id": first["output"][0]["call_id"],
+            "output": "sunny",
+        },
+    ]
     harness.engine.constrained = ["It is sunny."]
     resp = await create(harness, input=replay, tools=[FN_WEATHER])
     assert resp.status_code == 200, resp.text
@@ -406,8 +455,17 @@ async def test_random_item_shapes_never_5xx(harness: Harness) -> None:
     harness.engine.constrained = ["ok"]
     values: list[Any] = [None, 1, "x", [], {}, [{}], {"type": "input_text"}, True, "call_1"]
     keys = ["type", "role", "content", "call_id", "name", "arguments", "output", "input", "id"]
-    types = ["message", "function_call", "function_call_output", "custom_tool_call",
-             "custom_tool_call_output", "reasoning", "item_reference", "mystery", None]  # fmt: skip
+    types = [
+        "message",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "reasoning",
+        "item_reference",
+        "mystery",
+        None,
+    ]
     choices: list[Any] = [
         None,
         "auto",

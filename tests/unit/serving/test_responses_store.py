@@ -4,6 +4,7 @@ one real PostgreSQL, bench/memory/local_postgres.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,8 +49,9 @@ def _tool_output(first: dict[str, Any]) -> list[dict[str, Any]]:
 async def test_previous_response_id_rebuilds_the_chain(harness: Harness) -> None:
     first = await _call_then_answer(harness)
     harness.engine.constrained = ["It is sunny."]
-    resp = await create(harness, input=_tool_output(first), tools=[FN_WEATHER],
-                        previous_response_id=first["id"])  # fmt: skip
+    resp = await create(
+        harness, input=_tool_output(first), tools=[FN_WEATHER], previous_response_id=first["id"]
+    )
     assert resp.status_code == 200, resp.text
     assert resp.json()["previous_response_id"] == first["id"]
     prompt = engine_messages(harness)
@@ -88,23 +90,26 @@ async def test_store_false_keeps_nothing(harness: Harness) -> None:
 async def test_responses_are_scoped_by_api_key(harness: Harness) -> None:
     harness.engine.chat_content = "hi"
     mine = {"authorization": "Bearer key-a"}
-    resp = await harness.client.post("/v1/responses", json={"model": "test-model",
-                                                            "input": "x"}, headers=mine)  # fmt: skip
+    resp = await harness.client.post(
+        "/v1/responses", json={"model": "test-model", "input": "x"}, headers=mine
+    )
     rid = resp.json()["id"]
     assert (await harness.client.get(f"/v1/responses/{rid}", headers=mine)).status_code == 200
     other = {"authorization": "Bearer key-b"}
     assert_openai_error(await harness.client.get(f"/v1/responses/{rid}", headers=other), 404)
     assert_openai_error(await harness.client.delete(f"/v1/responses/{rid}", headers=other), 404)
     chained = await harness.client.post(
-        "/v1/responses", json={"model": "test-model", "input": "y", "previous_response_id": rid},
+        "/v1/responses",
+        json={"model": "test-model", "input": "y", "previous_response_id": rid},
         headers=other,
-    )  # fmt: skip
+    )
     assert_openai_error(chained, 400)
     assert owner_of("key-a") != owner_of("key-b") and owner_of(None) == ""
 
 
-async def test_a_chain_survives_a_restart(make_harness: Callable[..., Harness],
-                                          tmp_path: Path) -> None:  # fmt: skip
+async def test_a_chain_survives_a_restart(
+    make_harness: Callable[..., Harness], tmp_path: Path
+) -> None:
     path = tmp_path / "responses.sqlite3"
     before = make_harness()
     before.app.state.responses_store = SqliteStore(path)
@@ -113,8 +118,9 @@ async def test_a_chain_survives_a_restart(make_harness: Callable[..., Harness],
     after = make_harness()  # a new process's app over the same file
     after.app.state.responses_store = SqliteStore(path)
     after.engine.constrained = ["It is sunny."]
-    resp = await create(after, input=_tool_output(first), tools=[FN_WEATHER],
-                        previous_response_id=first["id"])  # fmt: skip
+    resp = await create(
+        after, input=_tool_output(first), tools=[FN_WEATHER], previous_response_id=first["id"]
+    )
     assert resp.status_code == 200, resp.text
     assert '<tool_call>\n{"name": "get_weather"' in engine_messages(after)
     assert (await after.client.get(f"/v1/responses/{first['id']}")).json() == first
@@ -130,8 +136,9 @@ async def test_two_replicas_share_one_postgres(
     assert isinstance(b.app.state.responses_store, PostgresStore)
     first = await _call_then_answer(a)
     b.engine.constrained = ["It is sunny."]
-    resp = await create(b, input=_tool_output(first), tools=[FN_WEATHER],
-                        previous_response_id=first["id"])  # fmt: skip
+    resp = await create(
+        b, input=_tool_output(first), tools=[FN_WEATHER], previous_response_id=first["id"]
+    )
     assert resp.status_code == 200, resp.text
     assert '<tool_call>\n{"name": "get_weather"' in engine_messages(b)
     second = resp.json()["id"]
@@ -159,12 +166,16 @@ async def test_the_store_is_bounded(kind: str, tmp_path: Path, request: Any) -> 
     for n in range(5):
         await few.put("o", _stored(n))
     assert [await few.get("o", f"resp_{n}") is not None for n in range(5)] == [
-        False, False, True, True, True
-    ]  # fmt: skip
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
     young = make(StoreLimits(max_age_s=0.2))
     await young.put("o", _stored(1))
     assert await young.get("o", "resp_1") is not None
-    time.sleep(0.3)
+    await asyncio.sleep(0.3)
     assert await young.get("o", "resp_1") is None
     small = make(StoreLimits(max_bytes=100))
     await small.put("o", _stored(1, size=500))
@@ -180,7 +191,7 @@ async def test_open_store_picks_by_url(tmp_path: Path) -> None:
 
 async def test_models_carries_codex_catalogue(harness: Harness) -> None:
     body = (await harness.client.get("/v1/models")).json()
-    assert [m["id"] for m in body["data"]][0] == "test-model"  # the openai SDK's shape
+    assert body["data"][0]["id"] == "test-model"  # the openai SDK's shape
     [info] = body["models"]
     assert info["slug"] == "test-model" and info["apply_patch_tool_type"] == "freeform"
     assert {"base_instructions", "truncation_policy", "shell_type", "visibility"} <= info.keys()
