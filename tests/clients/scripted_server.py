@@ -93,3 +93,60 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class Launched:
+    """A scripted server started by `launch` (a context manager: stopped on exit)."""
+
+    def __init__(self, script: dict[str, Any], folder: Path, *, api_key: str | None) -> None:
+        import subprocess
+        import sys
+        import time
+
+        import httpx
+
+        from tests.ports import free_port
+
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.log = folder / "engine.jsonl"
+        path = folder / "script.json"
+        path.write_text(json.dumps(script))
+        argv = [sys.executable, "-m", "tests.clients.scripted_server", "--port", str(self.port),
+                "--script", str(path), "--log", str(self.log)]  # fmt: skip
+        if api_key:
+            argv += ["--api-key", api_key]
+        root = Path(__file__).resolve().parents[2]
+        self.proc = subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL,
+                                     stderr=(folder / "server.err").open("wb"))  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError((folder / "server.err").read_text()[-2000:])
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).is_success:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("the scripted server did not come up in 60 s")
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every engine request so far (path, body)."""
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except Exception:
+            self.proc.kill()
+
+    def __enter__(self) -> Launched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
