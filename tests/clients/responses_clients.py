@@ -7,15 +7,12 @@ Run with the clients venv's python (.venv-clients, never the server's); the serv
 through OPENAI_BASE_URL (".../v1") and OPENAI_API_KEY. Each command prints one JSON object
 (what the client got, and what the tool really returned) for the tests to judge:
 
-    python tests/clients/responses_clients.py sdk-create MODEL
-    python tests/clients/responses_clients.py sdk-stream MODEL
-    python tests/clients/responses_clients.py sdk-parse MODEL
-    python tests/clients/responses_clients.py agents-run MODEL
-    python tests/clients/responses_clients.py agents-stream MODEL
-    python tests/clients/responses_clients.py agents-output MODEL
+    python tests/clients/responses_clients.py MODEL COMMAND...
 
-An exception is reported in the JSON (``error``), never hidden; the exit code is 0 when the
-command ran to its end."""
+with COMMAND among sdk-create, sdk-stream, sdk-parse, agents-run, agents-stream and
+agents-output (one process for all: the SDKs are imported once). The JSON holds each
+command's report under its name; an exception is reported in it (``error``), never hidden;
+the exit code is 0 when every command ran to its end."""
 
 from __future__ import annotations
 
@@ -196,21 +193,35 @@ COMMANDS: dict[str, Any] = {
 }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("command", choices=sorted(COMMANDS))
-    ap.add_argument("model")
-    ns = ap.parse_args()
-    from importlib.metadata import version
-
-    report: dict[str, Any] = {"versions": {p: version(p) for p in ("openai", "openai-agents")}}
+async def run(command: str, model: str) -> dict[str, Any]:
+    """One command's report; an exception is reported in it, never hidden. All commands run
+    in one event loop: the Agents SDK keeps its client (and that client its loop)."""
+    report: dict[str, Any] = {}
     try:
-        out = COMMANDS[ns.command](ns.model)
-        report |= asyncio.run(out) if asyncio.iscoroutine(out) else out
+        out = COMMANDS[command](model)
+        report |= await out if asyncio.iscoroutine(out) else out
     except Exception as exc:
         report["error"] = f"{type(exc).__name__}: {exc}"[:2000]
         report["traceback"] = traceback.format_exc()[-3000:]
-    json.dump(report, sys.stdout, default=str)
+    return report
+
+
+async def run_all(model: str, commands: list[str]) -> dict[str, Any]:
+    return {command: await run(command, model) for command in commands}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("commands", nargs="+", choices=sorted(COMMANDS))
+    ns = ap.parse_args()
+    from importlib.metadata import version
+
+    reports: dict[str, Any] = {
+        "versions": {p: version(p) for p in ("openai", "openai-agents")},
+        **asyncio.run(run_all(ns.model, ns.commands)),
+    }
+    json.dump(reports, sys.stdout, default=str)
 
 
 if __name__ == "__main__":
