@@ -18,7 +18,9 @@ What maps onto what:
   note.
 * tools: ``function`` -> a chat function tool (``strict`` or not: the call is constrained
   and validated either way); ``custom`` -> a function tool of one string argument
-  ``input`` (`CUSTOM_PARAMETERS`), answered as ``custom_tool_call`` with that string; hosted
+  ``input`` (`CUSTOM_PARAMETERS`), answered as ``custom_tool_call`` with that string; its
+  Lark (or regex) grammar rides along in the parameters (`lark_string.LARK_KEY`) and the
+  guidance backend holds the text to it (a grammar it cannot rewrite: free text, a note); hosted
   and other types (``local_shell``, ``web_search``, ``namespace``, ...) are skipped with a
   note in the response (``loopstack.notes``), never a 400 for the whole request.
 * ``tool_choice`` ``auto``/``required``/``none``, ``{"type": "function"|"custom", "name"}``
@@ -36,6 +38,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from serving.constraint.lark_string import LARK_KEY, LarkUnsupported, json_string_rules
 from serving.exceptions import InvalidRequest
 from serving.http.responses_protocol import (
     MAX_INPUT_ITEMS,
@@ -85,8 +88,11 @@ def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
     return list(req.input)
 
 
-def to_chat(req: ResponsesRequest, earlier: list[dict[str, Any]] | None = None) -> Translated:
-    """The chat request of `req`; `earlier`: the input and output items of its chain."""
+def to_chat(
+    req: ResponsesRequest, earlier: list[dict[str, Any]] | None = None, *, grammars: bool = True
+) -> Translated:
+    """The chat request of `req`; `earlier`: the input and output items of its chain;
+    `grammars`: whether the constraint backend enforces custom tools' grammars."""
     if req.background:
         raise InvalidRequest("background responses are not supported", param="background")
     history = [*(earlier or []), *input_items(req)]
@@ -100,7 +106,7 @@ def to_chat(req: ResponsesRequest, earlier: list[dict[str, Any]] | None = None) 
     messages = _messages(history, req.instructions, notes, offset=len(earlier or []))
     if not messages:
         raise InvalidRequest("input must not be empty", param="input")
-    tools, custom = _tools(req.tools or [], notes)
+    tools, custom = _tools(req.tools or [], notes, grammars)
     body: dict[str, Any] = {
         "model": req.model,
         "messages": messages,
@@ -269,7 +275,9 @@ def _output(output: Any, where: str) -> str:
 
 
 # --------------------------------------------------------------------------- tools
-def _tools(tools: list[dict[str, Any]], notes: list[str]) -> tuple[list[dict[str, Any]], set[str]]:
+def _tools(
+    tools: list[dict[str, Any]], notes: list[str], grammars: bool
+) -> tuple[list[dict[str, Any]], set[str]]:
     out: list[dict[str, Any]] = []
     custom: set[str] = set()
     for i, tool in enumerate(tools):
@@ -289,18 +297,10 @@ def _tools(tools: list[dict[str, Any]], notes: list[str]) -> tuple[list[dict[str
             out.append({"type": "function", "function": fn})
         elif kind == "custom":
             name = tool.get("name")
-            fmt = tool.get("format") or {"type": "text"}
-            if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar"):
-                raise InvalidRequest(f"{where}.format must be text or grammar", param=where)
-            if fmt.get("type") == "grammar":
-                notes.append(
-                    f"{where} ({str(name)[:64]}): its {str(fmt.get('syntax'))[:16]} grammar is "
-                    "not enforced; the input is free text"
-                )
             said = tool.get("description") if isinstance(tool.get("description"), str) else ""
             fn = {
                 "name": name,
-                "parameters": CUSTOM_PARAMETERS,
+                "parameters": _custom_parameters(tool, where, notes, grammars),
                 "description": (said + "\n\n" if said else "") + CUSTOM_HINT,
             }
             out.append({"type": "function", "function": fn})
@@ -309,6 +309,39 @@ def _tools(tools: list[dict[str, Any]], notes: list[str]) -> tuple[list[dict[str
         else:
             notes.append(f"{where}: tool type {str(kind)[:40]!r} is not served here; skipped")
     return out, custom
+
+
+def _custom_parameters(
+    tool: dict[str, Any], where: str, notes: list[str], grammars: bool
+) -> dict[str, Any]:
+    """A custom tool's parameters: one string, held to its grammar where it has one the
+    backend can enforce (a Lark grammar, or a regex as one), else free (said in a note)."""
+    fmt = tool.get("format") or {"type": "text"}
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar"):
+        raise InvalidRequest(f"{where}.format must be text or grammar", param=where)
+    if fmt.get("type") == "text":
+        return CUSTOM_PARAMETERS
+    syntax, definition = fmt.get("syntax"), fmt.get("definition")
+    lark = None
+    if isinstance(definition, str) and syntax == "lark":
+        lark = definition
+    elif isinstance(definition, str) and syntax == "regex":
+        lark = "start: /" + definition.replace("/", "\\/") + "/"
+    why = None if lark is not None else f"its {str(syntax)[:16]!r} grammar cannot be read"
+    if lark is not None and not grammars:
+        why = "only the guidance constraint backend enforces grammars"
+    elif lark is not None:
+        try:
+            json_string_rules(lark, "x_")
+        except LarkUnsupported as exc:
+            why = str(exc)[:200]
+    if why is None:
+        return {**CUSTOM_PARAMETERS, LARK_KEY: lark}
+    notes.append(
+        f"{where} ({str(tool.get('name'))[:64]}): grammar not enforced ({why}); "
+        "the input is free text"
+    )
+    return CUSTOM_PARAMETERS
 
 
 def _tool_choice(

@@ -78,7 +78,7 @@ async def create_response(req: ResponsesRequest, request: Request) -> Response:
                 code="previous_response_not_found",
             )
         earlier = prev.history
-    tr = to_chat(req, earlier)
+    tr = to_chat(req, earlier, grammars=state.chat.backend.name == "guidance")
     check_chat(tr.chat, state.limits, state.max_model_len)
     bind_session(request, {"user": req.prompt_cache_key or req.user})
     id_ = new_id("resp")
