@@ -76,10 +76,19 @@ class StringRules:
     rules: str
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=32)
 def json_string_rules(definition: str, prefix: str) -> StringRules:
     """`definition` (Lark, its ``start`` rule the whole text) for its text JSON-escaped,
-    every name a rule's, prefixed with `prefix`."""
+    every name a rule's, prefixed with `prefix`. Raises only `LarkUnsupported`."""
+    try:
+        return _rewrite(definition, prefix)
+    except LarkUnsupported:
+        raise
+    except (ValueError, OverflowError, RecursionError, re.error) as exc:
+        raise LarkUnsupported(f"cannot read the grammar: {str(exc)[:200]}") from None
+
+
+def _rewrite(definition: str, prefix: str) -> StringRules:
     out: list[str] = []
     imported: dict[str, str] = {}
     pos = 0

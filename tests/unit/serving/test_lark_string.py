@@ -130,3 +130,45 @@ def test_a_turn_with_a_custom_tool_compiles_and_holds_its_text(mode: str) -> Non
     assert not accepts(grammar, head + json.dumps(broken))
     other = {"name": "get_weather", "arguments": {"city": "Paris"}}
     assert accepts(grammar, head + json.dumps(other))
+
+
+def test_random_grammars_are_rewritten_or_refused_never_crash() -> None:
+    import random
+
+    rng = random.Random(46)
+    pieces = [
+        "start",
+        ":",
+        '"a"',
+        '"\\x41"',
+        "/[a-",
+        "/(a|)+/",
+        "/a{99999}/",
+        "|",
+        "(",
+        ")",
+        "X",
+        "%import common.LF",
+        "%import common.NOPE",
+        "->",
+        "?",
+        "*",
+        "+",
+        "\n",
+        "/\\p{L}/",
+        '"',
+        "/",
+        "~",
+        "..",
+        "1",
+        "[",
+        "]",
+        "//c",
+        "rule.2",
+    ]
+    for _ in range(500):
+        text = " ".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        try:
+            json_string_rules(text, "t_")
+        except LarkUnsupported:
+            pass
