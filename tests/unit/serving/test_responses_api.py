@@ -499,3 +499,33 @@ async def test_random_item_shapes_never_5xx(harness: Harness) -> None:
         extra = {"tool_choice": rng.choice(choices)} if tools else {}
         resp = await create(harness, input=[item], tools=tools, **extra)
         assert resp.status_code < 500, (item, resp.text)
+
+
+async def test_the_openai_stream_helper_reads_keep_alives_and_every_event(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The openai SDK's own stream helper (it raises on an out-of-order event) over the
+    in-process app, with keep-alives repeated while the engine is held."""
+    from openai import AsyncOpenAI
+
+    monkeypatch.setattr(responses_stream, "KEEPALIVE_S", 0.05)
+    harness.engine.gate = asyncio.Event()
+    harness.engine.constrained = ["Sure: " + call("get_weather", PARIS)]
+    client = AsyncOpenAI(base_url="http://loopstack.test/v1", api_key="x",
+                         http_client=harness.client)  # fmt: skip
+
+    async def release() -> None:
+        await asyncio.sleep(0.3)
+        assert harness.engine.gate is not None
+        harness.engine.gate.set()
+
+    opener = asyncio.create_task(release())
+    seen = []
+    async with client.responses.stream(model=MODEL, input="hi", tools=[FN_WEATHER]) as stream:
+        async for event in stream:
+            seen.append(event.type)
+        final = await stream.get_final_response()
+    await opener
+    assert seen.count("response.in_progress") >= 3
+    assert [o.type for o in final.output] == ["message", "function_call"]
+    assert final.output_text == "Sure: "
