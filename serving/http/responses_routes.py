@@ -84,8 +84,16 @@ async def create_response(req: ResponsesRequest, request: Request) -> Response:
     id_ = new_id("resp")
 
     async def keep(response: dict[str, Any]) -> None:
-        if req.stores:
+        """Store the answer (before its last event goes out, so a chain can follow at once);
+        a store that fails costs the chain, not the answer: said in its notes."""
+        if not req.stores:
+            return
+        try:
             await store.put(owner, Stored(response, [*tr.history, *response["output"]]))
+        except Exception as exc:  # the database is down or full
+            logger.exception("response %s not stored", response["id"])
+            notes = response.setdefault("loopstack", {}).setdefault("notes", [])
+            notes.append(f"not stored: {type(exc).__name__}")
 
     async def run() -> dict[str, Any] | AsyncIterator[bytes]:
         result = await state.chat.create(tr.chat)

@@ -195,3 +195,19 @@ async def test_models_carries_codex_catalogue(harness: Harness) -> None:
     [info] = body["models"]
     assert info["slug"] == "test-model" and info["apply_patch_tool_type"] == "freeform"
     assert {"base_instructions", "truncation_policy", "shell_type", "visibility"} <= info.keys()
+
+
+async def test_a_failing_store_costs_the_chain_not_the_answer(harness: Harness) -> None:
+    class Broken(SqliteStore):
+        async def put(self, owner: str, stored: Stored) -> None:
+            raise OSError("disk full")
+
+    harness.app.state.responses_store = Broken(":memory:")
+    harness.engine.chat_content = "hi"
+    whole = await create(harness)
+    assert whole.status_code == 200 and whole.json()["loopstack"]["notes"] == [
+        "not stored: OSError"
+    ]
+    streamed = events((await create(harness, stream=True)).text)
+    assert streamed[-1]["type"] == "response.completed"
+    assert streamed[-1]["response"]["loopstack"]["notes"] == ["not stored: OSError"]
