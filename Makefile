@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PKGS    := loopstack serving memory bench agent
 PY_DIRS := $(PKGS) tests
 
-.PHONY: help install clients npm-claude postgres serve test test-unit test-integration lint format bench bench-serving eval example-cs images clean gpu-checks constraints-gpu
+.PHONY: help install clients npm-clients postgres serve test test-unit test-integration lint format bench bench-serving eval example-cs images clean gpu-checks constraints-gpu
 
 help:
 	@echo "make serve   - install (first time), then serve the default model on :8000"
@@ -66,16 +66,15 @@ $(CLIENTS)/.installed: requirements/clients.txt
 	$(CLIENTS)/bin/pip install -q --no-compile -r requirements/clients.txt
 	touch $@
 
-# Claude Code, pinned (the newest needs Node 22; Node 20 runs this one), in a prefix of its own:
-# tests/integration/test_messages_clients.py runs `claude -p` against the server. Its package
-# carries its native binary; the postinstall script is not needed.
+# The agent CLIs the protocol tests drive (requirements/npm-clients.txt: pinned) under a prefix of
+# their own, never the system's.
 NPM_CLIENTS := .npm-clients
-CLAUDE_CODE := 2.1.197
-npm-claude: $(NPM_CLIENTS)/.claude-code-$(CLAUDE_CODE)
+npm-clients: $(NPM_CLIENTS)/.installed
 
-$(NPM_CLIENTS)/.claude-code-$(CLAUDE_CODE):
-	npm install -g --prefix $(NPM_CLIENTS) --no-fund --no-audit --loglevel=error \
-	  @anthropic-ai/claude-code@$(CLAUDE_CODE)
+$(NPM_CLIENTS)/.installed: requirements/npm-clients.txt
+	rm -rf $(NPM_CLIENTS)
+	npm install -g --silent --no-fund --no-audit --prefix $(NPM_CLIENTS) \
+	  $$(grep -v '^#' requirements/npm-clients.txt)
 	touch $@
 
 # The memory tests start and stop their own PostgreSQL 15 (bench/memory/local_postgres.py) from the
@@ -101,24 +100,24 @@ format: install
 # The model's one-time preparation (on a fresh machine: GGUF -> HF folder, ~75 s) starts first
 # and runs beside lint and the unit tests; the integration tests' server waits for it (a file
 # lock) and then finds it ready. A failed preparation is shown; the tests report it too.
-# The clients venv is made beside them too, under a lock the ecosystem tests wait on (`make`,
-# not $(MAKE), which would make `make -n test` run this whole recipe).
+# The clients venv and the npm CLIs (.npm-clients) are made beside them too, each under a lock
+# the ecosystem and protocol tests wait on (`make`, not $(MAKE), which would make `make -n test`
+# run this whole recipe).
 # The GPU checks (below) start beside them as well; their failure fails `make test`.
 test: install postgres
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
 	  prep=$$!; \
 	  flock $(CLIENTS).lock make -s clients > $(VENV)/clients.log 2>&1 & \
 	  clients=$$!; \
-	  { ! command -v npm >/dev/null || flock $(NPM_CLIENTS).lock make -s npm-claude; } \
-	    > $(VENV)/npm-claude.log 2>&1 & \
-	  npmc=$$!; \
+	  flock $(NPM_CLIENTS).lock make -s npm-clients > $(VENV)/npm-clients.log 2>&1 & \
+	  npm=$$!; \
 	  { $(GPU_CHECKS); } > $(VENV)/gpu-checks.log 2>&1 & \
 	  gpu=$$!; \
 	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
 	  rc=$$?; \
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
 	  wait $$clients || { echo "make clients failed:"; tail -20 $(VENV)/clients.log; }; \
-	  wait $$npmc || { echo "make npm-claude failed:"; tail -20 $(VENV)/npm-claude.log; }; \
+	  wait $$npm || { echo "make npm-clients failed:"; tail -20 $(VENV)/npm-clients.log; }; \
 	  wait $$gpu || { echo "GPU checks failed:"; tail -20 $(VENV)/gpu-checks.log; rc=1; }; \
 	  exit $$rc
 

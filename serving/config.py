@@ -208,6 +208,20 @@ class ServerSettings(BaseSettings):
         "only its first 256 tokens).",
     )
 
+    # -- stored responses (serving.http.responses_store) ----------------------------------
+    responses_db: str | None = Field(
+        default=None,
+        description="Where /v1/responses keeps stored responses: a postgresql:// URL (replicas "
+        "share it) or a SQLite path. Unset: <home>/responses.sqlite3.",
+    )
+    responses_max_items: int = Field(default=10_000, ge=1, description="Stored responses kept.")
+    responses_max_age_s: float = Field(
+        default=30 * 86_400.0, gt=0, description="Stored responses older than this are gone."
+    )
+    responses_max_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1024, description="Largest stored response (with history)."
+    )
+
     def engine_port_resolved(self) -> int:
         return self.engine_port if self.engine_port is not None else self.port + 1
 

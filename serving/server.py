@@ -49,6 +49,7 @@ from serving.http.aliases import parse_aliases
 from serving.http.app import AppState, TraceIdFilter, build_app
 from serving.http.chat import ChatService
 from serving.http.limits import Limits
+from serving.http.responses_store import StoreLimits, open_store
 from serving.metrics import Metrics
 from serving.prompt import BackgroundTokenizer, PromptBuilder
 from serving.selection.defaults import selection_defaults
@@ -179,6 +180,16 @@ def create_app(settings: ServerSettings) -> FastAPI:
         limits=unpack(Limits, settings),
     )
 
+    responses = open_store(
+        settings.responses_db,
+        settings.home,
+        StoreLimits(
+            max_items=settings.responses_max_items,
+            max_age_s=settings.responses_max_age_s,
+            max_bytes=settings.responses_max_bytes,
+        ),
+    )
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         starting = asyncio.create_task(engine.start())  # the tokenizer loads meanwhile
@@ -201,8 +212,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 await watchdog
             await engine.stop()
             backend.close()
+            responses.close()
 
-    return build_app(state, lifespan=lifespan)
+    app = build_app(state, lifespan=lifespan)
+    app.state.responses_store = responses  # serving.http.responses_routes
+    return app
 
 
 def arm_deadline(grace_s: float, on_deadline: Callable[[], None] | None = None) -> None:

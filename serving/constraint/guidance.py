@@ -10,6 +10,9 @@ enforces JSON Schema broadly (numeric bounds, lengths, enums, patterns without l
   the free text allows them by id.
 * ``required`` / named - ``{"name": "<tool>", "arguments": <schema>}`` calls joined by the
   separator, nothing else.
+* a tool whose one string carries a client's Lark grammar (a Responses ``custom`` tool):
+  ``{"input": "<text>"}``, the text held to that grammar as a JSON string's body
+  (`serving.constraint.lark_string`);
 * a client's JSON schema (``response_format``, ``structured_outputs.json``) - the same
   ``%json`` lexeme alone (`json_grammar`), tightened the same way; a client's regex goes to
   the engine as it is. Neither makes a regex of ours.
@@ -28,6 +31,13 @@ from typing import Any
 from serving.constraint import envelope
 from serving.constraint.backend import BackendName, GrammarBackend, Payload, TurnSpec
 from serving.constraint.decision import DECISION_HEAD, DECISION_MAX_TOKENS
+from serving.constraint.lark_string import (
+    LARK_KEY,
+    STRING_HEAD,
+    STRING_TAIL,
+    LarkUnsupported,
+    json_string_rules,
+)
 from serving.constraint.sandbox import CompilePool
 from serving.constraint.schemas import SchemaCache
 from serving.constraint.walker import map_schema
@@ -113,25 +123,44 @@ def _regex(pattern: str) -> str:
     return "/" + pattern.replace("/", "\\/") + "/"
 
 
+def _arguments(schema: Any, prefix: str, rules: list[str]) -> str:
+    """A call's arguments: its schema's ``%json``, or - for a tool whose one string
+    ``input`` carries a client's Lark grammar (`lark_string.LARK_KEY`, a Responses custom
+    tool) - ``{"input": "<text>"}`` with the text held to that grammar (its rules added to
+    `rules`, their names prefixed with `prefix`)."""
+    definition = schema.get(LARK_KEY) if isinstance(schema, dict) else None
+    if isinstance(definition, str):
+        try:
+            text = json_string_rules(definition, prefix)
+        except LarkUnsupported:  # the text is free; said to the client at translation
+            return _schema(schema)
+        rules.append(text.rules)
+        return f"{_lit(STRING_HEAD)} {text.start} {_lit(STRING_TAIL)}"
+    return _schema(schema)
+
+
 def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
     """The Lark grammar of one turn. `tag_ids`: token ids of `envelope.CALL_TAGS` when they
     are special tokens (the free text of ``auto`` must allow them)."""
     lines = ["%llguidance {}"]
+    custom: list[str] = []  # the rules of tools' Lark grammars (`_arguments`)
     names = []
     if spec.mode == "auto":
         for i, (stem, group) in enumerate(envelope.stem_groups(list(spec.tools)).items()):
             rule = f"call_{i}"
             names.append(rule)
             trigger = "|".join(_escape_re(t) for t in envelope.triggers(stem))
-            rests = [f"{_lit(envelope.name_rest(n, stem))} ARGS {_schema(spec.tools[n])}"
-                     for n in group]  # fmt: skip
+            rests = [f"{_lit(envelope.name_rest(n, stem))} ARGS "
+                     f"{_arguments(spec.tools[n], f'x{i}_{j}_', custom)}"
+                     for j, n in enumerate(group)]  # fmt: skip
             lines.append(f"{rule}_trig[lazy]: TEXT /({trigger})/")
             lines.append(f"{rule}: {rule}_trig ({' | '.join(rests)})")
     else:
         for i, (name, schema) in enumerate(spec.tools.items()):
             rule = f"call_{i}"
             names.append(rule)
-            lines.append(f'{rule}: {_lit(envelope.call_head(name))} {_schema(schema)} "}}"')
+            args = _arguments(schema, f"x{i}_", custom)
+            lines.append(f'{rule}: {_lit(envelope.call_head(name))} {args} "}}"')
     calls = " | ".join(names)
     opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS) if tag_ids else ("", "")
     if spec.mode == "auto":
@@ -164,7 +193,7 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
         # without the newline a model writing one after the tag was forced into another call
         lines.append(f'start: call{rest} ({close} "\\n"?)?')
         lines.append(f"call: {calls}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + custom) + "\n"
 
 
 def _decision_rules(spec: TurnSpec, opened: str) -> list[str]:

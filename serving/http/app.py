@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serving.exceptions import ServingError, error_body
 from serving.http.limits import EdgeGuard
 from serving.http.messages_routes import install as install_messages
+from serving.http.responses_routes import router as responses_router
 from serving.http.routes import AppState, router
 from serving.metrics import Metrics
 
@@ -155,7 +156,7 @@ def build_app(
         title="loopstack", version="0.1.0", lifespan=lifespan, exception_handlers=ERROR_ANSWERS
     )
     app.state.loopstack = state
-    for each in (router, *routers):
+    for each in (router, responses_router, *routers):  # responses: POST/GET/DELETE
         app.include_router(each)
     # Pure ASGI middlewares: @app.middleware("http") would wrap `receive` and keep client
     # disconnects from the routes' `with_cancellation`, so aborts would never happen. The

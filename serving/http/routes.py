@@ -41,6 +41,7 @@ from serving.exceptions import ModelNotFound, ServingError
 from serving.http.admission import Admission
 from serving.http.aliases import resolve_model_name
 from serving.http.chat import Answer, ChatService
+from serving.http.codex_catalogue import codex_model_info
 from serving.http.context_fit import clamped, fit_chat, fit_completion
 from serving.http.limits import Limits, check_chat, check_completion, check_embeddings
 from serving.metrics import Metrics
@@ -212,7 +213,8 @@ async def models(request: Request) -> dict[str, Any]:
     llm.update(owned_by="loopstack", max_model_len=state.max_model_len)
     emb = {"id": state.embeddings.model_name, "object": "model", "created": now}
     emb["owned_by"] = "loopstack"
-    return {"object": "list", "data": [llm, emb]}
+    # `models`: Codex's catalogue (`GET {base_url}/models`), beside `data` for the openai SDK
+    return {"object": "list", "data": [llm, emb], "models": [codex_model_info(state)]}
 
 
 @router.post("/v1/chat/completions", responses=ERROR_RESPONSES)

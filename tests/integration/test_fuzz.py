@@ -34,9 +34,12 @@ EXAMPLES = {  # per operation; LOOPSTACK_FUZZ_SCALE multiplies them for longer l
     "POST /v1/messages/count_tokens": 15,
     "GET /v1/models": 5,
     "GET /health": 3,
+    "POST /v1/responses": 30,
+    "GET /v1/responses/{response_id}": 4,
+    "DELETE /v1/responses/{response_id}": 4,
 }
 SCALE = float(os.environ.get("LOOPSTACK_FUZZ_SCALE", "1"))
-COSTLY = ("max_tokens", "max_completion_tokens", "min_tokens")
+COSTLY = ("max_tokens", "max_completion_tokens", "min_tokens", "max_output_tokens")
 
 
 def shrink(value: Any) -> Any:
@@ -60,7 +63,9 @@ def tame(body: Any, model: str, embedding_model: str, path: str, keep_model: boo
     for key in COSTLY:
         if key in body:
             body[key] = 1
-    if not path.endswith("embeddings"):
+    if path.endswith("/responses"):
+        body["max_output_tokens"] = 1
+    elif not path.endswith("embeddings"):
         body.setdefault("max_tokens", 1)
     if isinstance(body.get("n"), int):
         body["n"] = 1

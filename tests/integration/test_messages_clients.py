@@ -1,5 +1,5 @@
 """The Anthropic Messages API under its real clients: the anthropic SDK (from .venv-clients,
-`make clients`) and Claude Code (the pinned npm package, `make npm-claude`), each against
+`make clients`) and Claude Code (the pinned npm package, `make npm-clients`), each against
 
 * the real `loopstack serve` process over a scripted engine that answers with a tool call
   (tests/clients/scripted_engine.py, as ``LOOPSTACK_ENGINE_URL``): the whole call path - the
@@ -64,7 +64,7 @@ def sdk_python() -> Path:
 def claude() -> Path:
     if shutil.which("npm") is None:
         pytest.skip("no npm on this machine: Claude Code cannot be installed")
-    _locked_make("npm-claude", ROOT / ".npm-clients.lock")
+    _locked_make("npm-clients", ROOT / ".npm-clients.lock")
     return CLAUDE
 
 

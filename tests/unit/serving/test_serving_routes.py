@@ -32,6 +32,12 @@ ROUTES = {
     ("/v1/embeddings", "POST"),
 }
 CANCELLABLE = {"/v1/chat/completions", "/v1/completions"}  # the ones that generate
+# The Responses API's own router (serving.http.responses_routes), included by build_app
+RESPONSES_ROUTES = {
+    ("/v1/responses", "POST"),
+    ("/v1/responses/{response_id}", "GET"),
+    ("/v1/responses/{response_id}", "DELETE"),
+}
 
 
 def _api_routes(routes: list[Any]) -> dict[tuple[str, str], APIRoute]:
@@ -45,10 +51,12 @@ def test_every_route_is_on_the_module_level_router(harness: Harness) -> None:
     messages = _api_routes(messages_router.routes)  # the Anthropic front-end's own router
     assert set(messages) == {("/v1/messages", "POST"), ("/v1/messages/count_tokens", "POST")}
     served = _api_routes(build_app(harness.state).routes)  # build_app adds none of its own
-    assert set(served) == ROUTES | set(messages)
+    assert set(served) == ROUTES | RESPONSES_ROUTES | set(messages)
     wrapped = {path for (path, _), r in declared.items() if hasattr(r.endpoint, "__wrapped__")}
     assert wrapped == CANCELLABLE
     assert hasattr(messages[("/v1/messages", "POST")].endpoint, "__wrapped__")
+    generating = served[("/v1/responses", "POST")].endpoint
+    assert hasattr(generating, "__wrapped__")  # with_cancellation too
 
 
 async def test_each_app_serves_its_own_state(make_harness: Any) -> None:
