@@ -6,7 +6,7 @@ The load test (`bench.load`: HTTP to any OpenAI-compatible URL, never imports se
         [--scenario FILE] [--slo-p95-step-s X] [--baseline-url URL] [--api-key KEY]
     loopstack bench requests --base-url URL --concurrency 4 --num-prompts 16 --out DIR
     loopstack bench plan DIR/result.json --agents N --slo-p95-step-s X [--replica-cost-per-hour P]
-        [--fit 1,4,16 --holdout 8,12 --slo-p95-task-s Y --out DIR]   (bench.plan_commands)
+        [--fit 1,4,16 --holdout 8,12 --slo-p95-task-s Y --out DIR]   (bench.load.commands)
     loopstack bench pauses --pauses 0.1,1,10 --agents 1,4,16
 
 ``agents`` writes result.json, levels.csv, steps.csv, PNG plots and report.html into DIR;
@@ -39,8 +39,8 @@ import typer
 from bench.common import DEFAULT_BASE_URL, api_key_or_env, parse_levels
 from bench.common import fmt_num as _x
 from bench.load import BenchError
+from bench.load.commands import pauses, plan, print_plan
 from bench.load.scheduler import Mode
-from bench.plan_commands import pauses, plan, print_plan
 
 app = typer.Typer(
     help="Benchmarks: the agent load test and capacity plan against any OpenAI-compatible URL;"
@@ -372,7 +372,7 @@ def _print_levels(result: object) -> None:
         typer.echo(f"note: {n}")
 
 
-# the capacity commands live in bench.plan_commands
+# the capacity commands live in bench.load.commands
 app.command()(plan)
 app.command()(pauses)
 

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -71,6 +71,16 @@ logger = logging.getLogger(__name__)
 _WRITE_BACK_OWNER: contextvars.ContextVar[AsyncMemoryStore | None] = contextvars.ContextVar(
     "memory_write_back_owner", default=None
 )
+
+_Part = TypeVar("_Part")
+
+
+def _opened(part: _Part | None) -> _Part:
+    """A part the store makes on ``open()`` (ledger, replica, writer, reader), or the one
+    error every use of a store that is not open gets."""
+    if part is None:
+        raise RuntimeError("store is not open: await store.open() first")
+    return part
 
 
 class AsyncMemoryStore:
@@ -123,27 +133,19 @@ class AsyncMemoryStore:
 
     @property
     def ledger(self) -> LedgerBackend:
-        if self._ledger is None:
-            raise RuntimeError("store is not open: await store.open() first")
-        return self._ledger
+        return _opened(self._ledger)
 
     @property
     def replica(self) -> IndexReplica:
-        if self._replica is None:
-            raise RuntimeError("store is not open: await store.open() first")
-        return self._replica
+        return _opened(self._replica)
 
     @property
     def writer(self) -> RecordWriter:
-        if self._writer is None:
-            raise RuntimeError("store is not open: await store.open() first")
-        return self._writer
+        return _opened(self._writer)
 
     @property
     def reader(self) -> RecallReader:
-        if self._reader is None:
-            raise RuntimeError("store is not open: await store.open() first")
-        return self._reader
+        return _opened(self._reader)
 
     @property
     def index(self) -> ShardedIndex:

@@ -8,6 +8,8 @@ A black box: everything here talks HTTP to an OpenAI-compatible endpoint and nev
 - ``metrics``   step/task records, level summaries, Prometheus prefix-cache counters
 - ``scheduler`` closed loop (N agents) and open loop (Poisson arrivals), warmup, saturation
 - ``plan``      highest concurrency under an SLO and replicas for N agents
+- ``commands``  the ``plan`` and ``pauses`` commands of ``loopstack bench`` (registered by
+  ``bench.cli``)
 - ``result``    the ``RunResult`` tree every output reads, its JSON and the summary line
 - ``report``    writes every output: ``report_csv``, ``report_plots`` (PNG), ``report_html``
 - ``requests``  request-level figures from ``vllm bench serve`` (run in a subprocess)

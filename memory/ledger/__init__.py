@@ -4,11 +4,12 @@
 
     memory/ledger/
     ├── backend.py          the seam (LedgerBackend, LedgerTx) and open_ledger(path | URL)
+    ├── schema.py           the tables of both, declared once (rendered through a Dialect)
     ├── common.py           what both share: rows, record mapping, the SQL that reads the same
     ├── sqlite.py           SqliteLedger: one SQLite file (WAL, FTS5), the embedded default
     ├── postgres.py         PostgresLedger: one database shared by many app servers
     ├── postgres_tx.py      its writing transactions (advisory lock, ordered change log)
-    └── postgres_schema.py  its tables, versioned migrations and row-level security
+    └── postgres_schema.py  its own schema parts, versioned migrations, row-level security
 
 ``open_ledger`` picks one from a location: a path, or a ``postgresql://`` URL (psycopg is
 imported only then).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -26,6 +27,7 @@ import numpy as np
 
 from memory.embedding import Vectors
 from memory.exceptions import LedgerError, SchemaVersionError
+from memory.ledger.schema import ColumnType
 from memory.records import EventKind, MemorySource, MemoryType, Record, Scope, TrustEvent
 
 __all__ = [
@@ -86,12 +88,28 @@ class Dialect:
     least: str = "min"  # the smallest of its arguments
     for_update: str = ""  # row lock of a read in a write transaction (SQLite: the whole file)
 
+    def type_of(self, kind: ColumnType) -> str:
+        """The name of a :mod:`memory.ledger.schema` column type in this database."""
+        return _TYPES[self.name][kind]
+
     def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the SQL and its parameters."""
         if self.name == "sqlite":
             return f"{column} IN ({','.join('?' * len(values))})", list(values)
         return f"{column} = ANY(%s)", [list(values)]
 
+
+#: Column types by dialect (SQLite's type affinities; Postgres's own names).
+_TYPES: dict[str, dict[str, str]] = {
+    "sqlite": {
+        **dict.fromkeys(("int", "bigint", "bool"), "INTEGER"),
+        **{"text": "TEXT", "real": "REAL", "blob": "BLOB", "tsvector": "TEXT"},
+    },
+    "postgres": {
+        **{"text": "TEXT", "int": "INTEGER", "bigint": "BIGINT", "bool": "BOOLEAN"},
+        **{"real": "DOUBLE PRECISION", "blob": "BYTEA", "tsvector": "tsvector"},
+    },
+}
 
 SQLITE = Dialect("sqlite", "?", "max", "pow", 900)
 POSTGRES = Dialect("postgres", "%s", "greatest", "power", 1 << 30, "least", " FOR UPDATE")
@@ -231,7 +249,13 @@ class SqlTx:
         raise NotImplementedError
 
     def event(self, record_id: str, kind: EventKind, detail: str) -> None:
-        raise NotImplementedError
+        """A trust event of ``record_id`` (with its owner, as every user's row carries)."""
+        p = self.dialect.p
+        self.send(
+            "INSERT INTO events(record_id, user_id, ts, kind, detail) "
+            f"SELECT id, user_id, {p}, {p}, {p} FROM records WHERE id = {p}",
+            (time.time(), kind, detail, record_id),
+        )
 
     def insert(self, records: Sequence[NewRecord], vectors: Vectors) -> list[tuple[str, int]]:
         raise NotImplementedError
@@ -332,8 +356,6 @@ class SqlLedger:
     may see, None for the maintenance scope) and its :class:`Dialect`."""
 
     dialect: ClassVar[Dialect]
-    #: The order of a record's trust events (oldest first, ties in insertion order).
-    _EVENTS_ORDER: ClassVar[str]
 
     def write(self) -> AbstractContextManager[SqlTx]:
         raise NotImplementedError
@@ -562,7 +584,7 @@ class SqlLedger:
         cond, params = self.dialect.any_of("record_id", record_ids)
         rows = self._rows(
             f"SELECT record_id, ts, kind, detail FROM events WHERE {cond} "
-            f"ORDER BY {self._EVENTS_ORDER}",
+            "ORDER BY ts, seq",  # oldest first, ties in insertion order
             params,
         )
         out: dict[str, list[TrustEvent]] = {}

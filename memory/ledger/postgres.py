@@ -31,8 +31,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memory.exceptions import LedgerError, RowSecurityError
 from memory.ledger.common import POSTGRES, SqlLedger, check_schema_version, redact_url
-from memory.ledger.postgres_schema import ALL, CHANNEL, MIGRATIONS, PG_SCHEMA_VERSION, SET_SCOPE
+from memory.ledger.postgres_schema import (
+    ALL,
+    CHANNEL,
+    CURRENT,
+    MIGRATIONS,
+    PG_SCHEMA_VERSION,
+    SET_SCOPE,
+)
 from memory.ledger.postgres_tx import PostgresTransaction, errors
+from memory.ledger.schema import META, create_table
 from memory.records import Scope
 
 __all__ = ["KEYWORD_SQL", "PostgresLedger", "keyword_params", "keyword_words"]
@@ -72,7 +80,6 @@ class PostgresLedger(SqlLedger):
     """Thread-safe access to one Postgres database. All methods block; call them off the loop."""
 
     dialect = POSTGRES
-    _EVENTS_ORDER = "ts, seq"
 
     def __init__(
         self,
@@ -118,16 +125,21 @@ class PostgresLedger(SqlLedger):
     def _migrate(self) -> None:
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('loopstack-schema', 0))")
-            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            conn.execute(create_table(META, POSTGRES))
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else 0
+            found = version = int(row[0]) if row else 0
             check_schema_version(self.describe(), version, PG_SCHEMA_VERSION)
+            if version == 0:  # a new database: the current schema at once
+                conn.execute(CURRENT)
+                version = PG_SCHEMA_VERSION
             for v in range(version + 1, PG_SCHEMA_VERSION + 1):
+                logger.info("memory ledger %s: schema %d -> %d", self.describe(), v - 1, v)
                 conn.execute(MIGRATIONS[v])
+            if found != PG_SCHEMA_VERSION:
                 conn.execute(
                     "INSERT INTO meta VALUES ('schema_version', %s) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(v),),
+                    (str(PG_SCHEMA_VERSION),),
                 )
 
     def _check_row_security(self) -> None:

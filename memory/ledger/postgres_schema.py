@@ -1,6 +1,7 @@
 """The Postgres ledger's schema, its versioned migrations and its row-level security.
 
-The tables mirror the SQLite ledger's (``memory.schema``) with three differences:
+The tables are declared once for both ledgers (``memory.ledger.schema``); what is Postgres's
+own:
 
 * keyword recall goes through ``postings`` (user, lexeme, rowid: a btree) of the active
   records, in place of FTS5; triggers fill it from a ``tsvector`` column (``english``
@@ -22,9 +23,13 @@ The tables mirror the SQLite ledger's (``memory.schema``) with three differences
 
 from __future__ import annotations
 
+from memory.ledger.common import POSTGRES
+from memory.ledger.schema import POSTINGS, create_indexes, create_table, tables_of
+
 __all__ = [
     "ALL",
     "CHANNEL",
+    "CURRENT",
     "MIGRATIONS",
     "PG_SCHEMA_VERSION",
     "RLS_TABLES",
@@ -41,8 +46,7 @@ ALL = "*"
 CHANNEL = "loopstack_memory"
 
 #: Tables whose rows belong to one user, each protected by the ``scope`` policy.
-_V1_TABLES = ("records", "vectors", "changes", "observations", "events", "user_terms")
-RLS_TABLES = (*_V1_TABLES, "postings")  # postings: schema v2
+RLS_TABLES = tuple(t.name for t in tables_of("postgres") if t.rls)
 
 _POLICY = (
     "user_id = current_setting('loopstack.user_id', true) "
@@ -59,87 +63,10 @@ CREATE POLICY scope ON {table} USING ({_POLICY}) WITH CHECK ({_POLICY});
 """
 
 
-_V1 = """
-CREATE TABLE IF NOT EXISTS records (
-    rowid         BIGSERIAL PRIMARY KEY,
-    id            TEXT NOT NULL UNIQUE,
-    user_id       TEXT NOT NULL,
-    agent_id      TEXT,
-    session_id    TEXT,
-    text          TEXT NOT NULL,
-    type          TEXT NOT NULL,
-    source        TEXT NOT NULL,
-    confidence    DOUBLE PRECISION NOT NULL,
-    created_at    DOUBLE PRECISION NOT NULL,
-    last_used_at  DOUBLE PRECISION,
-    hits          INTEGER NOT NULL DEFAULT 0,
-    weight        DOUBLE PRECISION NOT NULL,
-    superseded_by TEXT,
-    evidence      TEXT NOT NULL DEFAULT '[]',
-    mentions      INTEGER NOT NULL DEFAULT 1,
-    fingerprint   TEXT NOT NULL,
-    tsv           tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
-);
-CREATE INDEX IF NOT EXISTS records_user ON records(user_id, superseded_by);
-CREATE INDEX IF NOT EXISTS records_fp ON records(user_id, fingerprint);
-CREATE INDEX IF NOT EXISTS records_sup ON records(superseded_by);
-CREATE INDEX IF NOT EXISTS records_tsv ON records USING GIN (tsv) WHERE superseded_by IS NULL;
-CREATE TABLE IF NOT EXISTS vectors (
-    rowid   BIGINT PRIMARY KEY REFERENCES records(rowid) ON DELETE CASCADE,
-    user_id TEXT NOT NULL,
-    vec     BYTEA NOT NULL
-);
-CREATE TABLE IF NOT EXISTS changes (
-    seq     BIGINT PRIMARY KEY,
-    op      TEXT NOT NULL CHECK (op IN ('add', 'del')),
-    rowid   BIGINT NOT NULL,
-    user_id TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS change_seq (
-    one  BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
-    last BIGINT NOT NULL
-);
-INSERT INTO change_seq(one, last) VALUES (true, 0) ON CONFLICT DO NOTHING;
-CREATE TABLE IF NOT EXISTS observations (
-    user_id     TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    text        TEXT NOT NULL,
-    type        TEXT NOT NULL,
-    count       INTEGER NOT NULL,
-    first_seen  DOUBLE PRECISION NOT NULL,
-    last_seen   DOUBLE PRECISION NOT NULL,
-    vec         BYTEA NOT NULL,
-    PRIMARY KEY (user_id, fingerprint)
-);
-CREATE TABLE IF NOT EXISTS events (
-    seq       BIGSERIAL PRIMARY KEY,
-    record_id TEXT NOT NULL,
-    user_id   TEXT NOT NULL,
-    ts        DOUBLE PRECISION NOT NULL,
-    kind      TEXT NOT NULL,
-    detail    TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_record ON events(record_id);
-CREATE TABLE IF NOT EXISTS user_terms (
-    user_id TEXT NOT NULL,
-    term    TEXT NOT NULL,
-    df      INTEGER NOT NULL,
-    PRIMARY KEY (user_id, term)
-);
-""" + "".join(_policy(t) for t in _V1_TABLES)
-
-
 #: Keyword postings of the active records, kept by triggers on ``records`` (every insert
 #: path, the SQLite migration's included): added with the record, removed when it is
 #: superseded or deleted. Records are never re-texted, and nothing un-supersedes one.
-_V2 = """
-SELECT set_config('loopstack.user_id', '*', true);
-CREATE TABLE IF NOT EXISTS postings (
-    user_id TEXT NOT NULL,
-    term    TEXT NOT NULL,
-    rowid   BIGINT NOT NULL,
-    PRIMARY KEY (user_id, term, rowid)
-);
+_POSTINGS_TRIGGERS = """
 CREATE OR REPLACE FUNCTION postings_add() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO postings(user_id, term, rowid)
@@ -171,13 +98,35 @@ DROP TRIGGER IF EXISTS records_postings_sup ON records;
 CREATE TRIGGER records_postings_sup AFTER UPDATE OF superseded_by ON records FOR EACH ROW
     WHEN (OLD.superseded_by IS NULL AND NEW.superseded_by IS NOT NULL)
     EXECUTE FUNCTION postings_sup();
-INSERT INTO postings(user_id, term, rowid)
+"""
+
+#: The current schema of a new database: the declared tables (``memory.ledger.schema``) and
+#: Postgres's own: the change-log counter's row, the postings triggers, the policies.
+CURRENT = (
+    "".join(create_table(t, POSTGRES) + create_indexes(t) for t in tables_of("postgres"))
+    + "INSERT INTO change_seq(one, last) VALUES (true, 0) ON CONFLICT DO NOTHING;\n"
+    + _POSTINGS_TRIGGERS
+    + "".join(_policy(t) for t in RLS_TABLES)
+)
+
+_V2 = (
+    "SELECT set_config('loopstack.user_id', '*', true);\n"
+    + create_table(POSTINGS, POSTGRES)
+    + _POSTINGS_TRIGGERS
+    + """INSERT INTO postings(user_id, term, rowid)
 SELECT r.user_id, t, r.rowid FROM records r, unnest(tsvector_to_array(r.tsv)) t
 WHERE r.superseded_by IS NULL
 ON CONFLICT DO NOTHING;
 DROP INDEX IF EXISTS records_tsv;
-""" + _policy("postings")
+"""
+    + _policy("postings")
+)
 
-#: version -> DDL that brings the previous version to it (run once, in order, under a lock).
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+#: Schema 3: ``meta.value`` NOT NULL, as declared (and as SQLite always had it).
+_V3 = "ALTER TABLE meta ALTER COLUMN value SET NOT NULL;\n"
+
+#: version -> DDL that brings a database of the previous version to it (run once, in order,
+#: under a lock). A new database gets :data:`CURRENT` and the newest version at once; schema
+#: 1 (the tables without ``postings``) is what the first release made.
+MIGRATIONS: dict[int, str] = {2: _V2, 3: _V3}
 PG_SCHEMA_VERSION = max(MIGRATIONS)

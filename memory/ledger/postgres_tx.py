@@ -8,7 +8,6 @@ wakes other app servers' replicas.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from typing import Any, Literal
@@ -32,7 +31,7 @@ from memory.ledger.common import (
 )
 from memory.ledger.postgres_schema import ALL, CHANNEL, SET_SCOPE
 from memory.pipeline import doc_terms
-from memory.records import EventKind, Record
+from memory.records import Record
 
 __all__ = ["PostgresTransaction", "PostgresTx", "errors"]
 
@@ -183,13 +182,6 @@ class PostgresTx(SqlTx):
         for user_id, texts in texts_by_user(records).items():
             self.count_terms(user_id, texts, +1)
         return out
-
-    def event(self, record_id: str, kind: EventKind, detail: str) -> None:
-        self.send(
-            "INSERT INTO events(record_id, user_id, ts, kind, detail) "
-            "SELECT id, user_id, %s, %s, %s FROM records WHERE id = %s",
-            (time.time(), kind, detail, record_id),
-        )
 
     def flush_changes(self) -> None:
         """Append the buffered change-log entries: the counter row's lock orders commits,

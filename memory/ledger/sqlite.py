@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -45,41 +44,19 @@ from memory.ledger.common import (
     row_to_record,
     texts_by_user,
 )
+from memory.ledger.schema import EVENTS, META, create_indexes, create_table, tables_of
 from memory.pipeline import doc_terms
-from memory.records import EventKind, Record, Scope
+from memory.records import Record, Scope
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "SqliteLedger", "SqliteTx", "scope_token"]
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "SqliteLedger", "SqliteTx", "scope_token"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    rowid         INTEGER PRIMARY KEY AUTOINCREMENT,
-    id            TEXT NOT NULL UNIQUE,
-    user_id       TEXT NOT NULL,
-    agent_id      TEXT,
-    session_id    TEXT,
-    text          TEXT NOT NULL,
-    type          TEXT NOT NULL,
-    source        TEXT NOT NULL,
-    confidence    REAL NOT NULL,
-    created_at    REAL NOT NULL,
-    last_used_at  REAL,
-    hits          INTEGER NOT NULL DEFAULT 0,
-    weight        REAL NOT NULL,
-    superseded_by TEXT,
-    evidence      TEXT NOT NULL DEFAULT '[]',
-    mentions      INTEGER NOT NULL DEFAULT 1,
-    fingerprint   TEXT NOT NULL,
-    scope_token   TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS records_user ON records(user_id, superseded_by);
-CREATE INDEX IF NOT EXISTS records_fp ON records(user_id, fingerprint);
-CREATE INDEX IF NOT EXISTS records_sup ON records(superseded_by);
-CREATE TABLE IF NOT EXISTS vectors (rowid INTEGER PRIMARY KEY, vec BLOB NOT NULL);
+#: What is SQLite's own beside the declared tables: the FTS5 keyword index, the triggers
+#: that keep it (and the vectors) in step with ``records``.
+_FTS = """
 CREATE VIRTUAL TABLE IF NOT EXISTS records_fts USING fts5(
     text, scope_token, content='records', content_rowid='rowid',
     tokenize='porter unicode61'
@@ -100,37 +77,40 @@ CREATE TRIGGER IF NOT EXISTS records_ad AFTER DELETE ON records BEGIN
     SELECT 'delete', old.rowid, old.text, old.scope_token WHERE old.superseded_by IS NULL;
     DELETE FROM vectors WHERE rowid = old.rowid;
 END;
-CREATE TABLE IF NOT EXISTS changes (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-    op      TEXT NOT NULL CHECK (op IN ('add', 'del')),
-    rowid   INTEGER NOT NULL,
-    user_id TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS observations (
-    user_id     TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    text        TEXT NOT NULL,
-    type        TEXT NOT NULL,
-    count       INTEGER NOT NULL,
-    first_seen  REAL NOT NULL,
-    last_seen   REAL NOT NULL,
-    vec         BLOB NOT NULL,
-    PRIMARY KEY (user_id, fingerprint)
-);
-CREATE TABLE IF NOT EXISTS events (
-    record_id TEXT NOT NULL,
-    ts        REAL NOT NULL,
-    kind      TEXT NOT NULL,
-    detail    TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_record ON events(record_id);
-CREATE TABLE IF NOT EXISTS user_terms (
-    user_id TEXT NOT NULL,
-    term    TEXT NOT NULL,
-    df      INTEGER NOT NULL,
-    PRIMARY KEY (user_id, term)
-) WITHOUT ROWID;
 """
+
+#: The current schema: the declared tables (``memory.ledger.schema``) and SQLite's own.
+SCHEMA = "".join(create_table(t, SQLITE) + create_indexes(t) for t in tables_of("sqlite")) + _FTS
+
+#: version -> the statements that bring a file of the previous version to it (run once, in
+#: order, in the transaction that opens the file; ``SCHEMA`` then adds what is missing).
+MIGRATIONS: dict[int, str] = {
+    # 2: events carry their owner (``user_id``, as on Postgres) and an explicit ``seq`` (the
+    # old implicit rowid, kept); meta's key is NOT NULL. Both tables are rebuilt; an event
+    # whose record is gone keeps an empty owner.
+    2: "ALTER TABLE meta RENAME TO meta_v1;\n"
+    + create_table(META, SQLITE)
+    + "INSERT INTO meta(key, value) SELECT key, value FROM meta_v1 WHERE key IS NOT NULL;\n"
+    "DROP TABLE meta_v1;\n"
+    "ALTER TABLE events RENAME TO events_v1;\n"
+    + create_table(EVENTS, SQLITE)
+    + "INSERT INTO events(seq, record_id, user_id, ts, kind, detail)\n"
+    "SELECT e.rowid, e.record_id, coalesce(r.user_id, ''), e.ts, e.kind, e.detail\n"
+    "FROM events_v1 e LEFT JOIN records r ON r.id = e.record_id ORDER BY e.rowid;\n"
+    "DROP TABLE events_v1;\n",
+}
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of ``script`` (a trigger's body stays whole)."""
+    out: list[str] = []
+    current = ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            out.append(current)
+            current = ""
+    return out
 
 
 def scope_token(user_id: str) -> str:
@@ -143,7 +123,6 @@ class SqliteLedger(SqlLedger):
     loop."""
 
     dialect = SQLITE
-    _EVENTS_ORDER = "ts, rowid"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -154,15 +133,31 @@ class SqliteLedger(SqlLedger):
         self._readers_lock = threading.Lock()
         try:
             self._writer = self._connect()
-            self._writer.executescript(SCHEMA)
-            version = self.get_meta("schema_version")
-            if version is None:
-                self.set_meta("schema_version", str(SCHEMA_VERSION))
-            else:
-                check_schema_version(str(self.path), int(version), SCHEMA_VERSION)
+            self._open_schema()
             self._build_user_terms()
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
+
+    def _open_schema(self) -> None:
+        """Create a new file's tables, or bring an older file's to :data:`SCHEMA_VERSION`
+        (every row kept), in one ``BEGIN IMMEDIATE`` transaction: another process opening
+        the file meanwhile waits, then finds it current. A newer file is refused."""
+        with self.write() as tx:
+            found = _stored_version(tx)
+            if found is not None:
+                check_schema_version(str(self.path), found, SCHEMA_VERSION)
+                for v in range(found + 1, SCHEMA_VERSION + 1):
+                    logger.info("memory ledger %s: schema %d -> %d", self.path, v - 1, v)
+                    for sql in _statements(MIGRATIONS[v]):
+                        tx.cur.execute(sql)
+            for sql in _statements(SCHEMA):
+                tx.cur.execute(sql)
+            if found != SCHEMA_VERSION:
+                tx.cur.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (str(SCHEMA_VERSION),),
+                )
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -348,11 +343,16 @@ class SqliteTx(SqlTx):
             self.count_terms(user_id, texts, +1)
         return out
 
-    def event(self, record_id: str, kind: EventKind, detail: str) -> None:
-        self.cur.execute(
-            "INSERT INTO events(record_id, ts, kind, detail) VALUES (?, ?, ?, ?)",
-            (record_id, time.time(), kind, detail),
-        )
+
+def _stored_version(tx: SqliteTx) -> int | None:
+    """The file's schema version; None for a new (empty) file. A file of the first release
+    that has tables but no version yet (it stopped while opening) is version 1."""
+    tables = {str(r[0]) for r in tx.fetch("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "meta" in tables:
+        rows = tx.fetch("SELECT value FROM meta WHERE key = 'schema_version'")
+        if rows:
+            return int(rows[0][0])
+    return 1 if "records" in tables else None
 
 
 class _Transaction:

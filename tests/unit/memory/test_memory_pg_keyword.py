@@ -13,8 +13,9 @@ import psycopg
 from bench.memory.local_postgres import LocalPostgres
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 from memory.ledger.postgres import PostgresLedger
-from memory.ledger.postgres_schema import MIGRATIONS, SET_SCOPE
+from memory.ledger.postgres_schema import SET_SCOPE
 from memory.records import Scope
+from tests.unit.memory.ledger_history import PG_V1
 
 
 def _records_read(plan: dict[str, Any]) -> int:
@@ -76,7 +77,7 @@ async def test_postings_follow_writes_and_the_v1_upgrade(
     url = postgres.new_schema()
     with psycopg.connect(url) as conn:  # a ledger made by the previous release (schema 1)
         conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
-        conn.execute(MIGRATIONS[1])
+        conn.execute(PG_V1)
         conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
         conn.execute(SET_SCOPE, ("u",))
         conn.execute(

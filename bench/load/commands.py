@@ -1,7 +1,8 @@
 """The capacity commands of ``loopstack bench``: ``plan`` (again from a saved sweep, tested
 levels; with ``--fit``/``--holdout`` the replica model, its measured error and the modelled
 plan) and ``pauses`` (the prefix-cache hit rate against tool pauses). Registered on the
-``bench`` app by `bench.cli`; like it, they import the load test's modules only when run.
+``bench`` app by `bench.cli`; like it, they import the load test's heavier modules only
+when run.
 """
 
 from __future__ import annotations
