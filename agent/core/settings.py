@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent.selection import ToolSelection
+from agent.core.selection import ToolSelection
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -48,17 +48,17 @@ class Limits:
     keep_turns: int = 4  # turns kept verbatim when compacting
     step_max_tokens: int = 512  # max_tokens of each model call
     answer_max_tokens: int = 384  # max_tokens of the final-answer request
-    max_replans: int = 2  # re-plans after failed plan steps (agent.plan)
-    max_depth: int = 2  # levels of workers below the top agent (agent.team)
-    max_fan_out: int = 4  # sub-tasks handed out in one turn (agent.team)
+    max_replans: int = 2  # re-plans after failed plan steps (agent.run.plan)
+    max_depth: int = 2  # levels of workers below the top agent (agent.run.team)
+    max_fan_out: int = 4  # sub-tasks handed out in one turn (agent.run.team)
 
 
 @dataclass(frozen=True, slots=True)
 class AnswerOptions:
-    """How the final answer is asked for (agent.answer); the defaults are what the golden set
+    """How the final answer is asked for (agent.run.answer); the defaults are what the golden set
     measured best (docs/benchmarks.md)."""
 
-    typed: bool = False  # agent.answer_kinds: a typed ``value`` chosen from the question
+    typed: bool = False  # agent.run.answer_kinds: a typed ``value`` chosen from the question
     samples: int = 1  # self-consistency: n samples in one request, the majority wins
     examples: str = ""  # worked examples (agent.examples) put before the request
 
@@ -78,11 +78,11 @@ class AgentConfig:
     # a text reply before any tool call (and without a memory block to answer from) is asked
     # once more with tool_choice="required": small models guess instead of looking
     tool_nudge: bool = True
-    plan: PlanMode = "never"  # a plan before the first step (agent.plan)
+    plan: PlanMode = "never"  # a plan before the first step (agent.run.plan)
     instructions: str = ""  # added to the system prompt (a worker's role)
     answer: AnswerOptions = field(default_factory=AnswerOptions)
     # measurement only (LOOPSTACK_AGENT_ANSWER_ARMS): the final answer also asked these
-    # ways on the same state, recorded in the trace (agent.answer.shadow_answers)
+    # ways on the same state, recorded in the trace (agent.run.answer.shadow_answers)
     answer_arms: tuple[tuple[str, AnswerOptions], ...] = ()
     selection: ToolSelection = field(default_factory=ToolSelection)  # which tools, how
     trace_dir: Path | None = None  # default: $LOOPSTACK_HOME/traces
@@ -114,7 +114,7 @@ class AgentSettings(BaseSettings):
     max_depth: int = Field(default=2, ge=0, description="levels of workers below the top agent")
     max_fan_out: int = Field(default=4, ge=1, description="sub-tasks handed out per turn")
     plan: PlanMode = Field(
-        default="never", description="make a plan before the first step (agent.plan)"
+        default="never", description="make a plan before the first step (agent.run.plan)"
     )
     text_answers: Literal["force", "accept"] = Field(
         default="force",
@@ -154,7 +154,7 @@ class AgentSettings(BaseSettings):
     )
     answer_tool: bool = Field(
         default=False,
-        description="offer a final_answer tool: the model answers by a call (agent.selection)",
+        description="offer a final_answer tool: the model answers by a call (agent.core.selection)",
     )
     model: str | None = Field(default=None, description="default: first chat model listed")
     tokenizer: str | None = Field(default=None, description="local HF folder for counting")
