@@ -9,13 +9,13 @@
     loopstack agent explain RUN                      (input, memory block, recall's choices)
 
 Exit codes of ``run``: 0 done, 3 max_steps, 4 budget, 5 error, 2 bad arguments
-(agent.handoff); ``--on-unfinished CMD`` / ``--handoff-url URL`` hand an unfinished run on.
+(agent.observe.handoff); ``--on-unfinished CMD`` / ``--handoff-url URL`` hand an unfinished run on.
 
 Endpoint: ``--base-url``, else ``LOOPSTACK_BASE_URL``, else ``OPENAI_BASE_URL``, else
 ``http://127.0.0.1:8000/v1``; key ``LOOPSTACK_API_KEY`` or ``OPENAI_API_KEY``; model: the
 first chat model ``/v1/models`` lists. ``--json`` prints one JSON object as the last line:
 ``status, reason, answer, steps, tool_calls, refused, tokens, trace_path, run_id, elapsed_s, plan,
-workers, cost`` (``cost`` summed over the team; see agent.cost).
+workers, cost`` (``cost`` summed over the team; see agent.core.cost).
 """
 
 from __future__ import annotations
@@ -34,24 +34,24 @@ import typer
 from openai import AsyncOpenAI
 
 from agent import examples
-from agent.cost import Cost
-from agent.exceptions import AgentError, ConfigError
-from agent.guard import ApprovalRequest, Approver, terminal_approver
-from agent.handoff import CONFIG_ERROR, Handoff, exit_code
-from agent.loop import Agent
-from agent.mcp import MCPToolServer
-from agent.mcp_config import server_spec
-from agent.retry import parse_retry
-from agent.selection import ToolSelection
-from agent.settings import (
+from agent.core.cost import Cost
+from agent.core.selection import ToolSelection
+from agent.core.settings import (
     AgentConfig,
     AgentSettings,
     AnswerOptions,
     resolve_api_key,
     resolve_base_url,
 )
-from agent.state import AgentState, FinalStep, ModelStep, PlanStep, RunResult, ToolStep
-from agent.tools import ToolRegistry, load_tools_file
+from agent.core.state import AgentState, FinalStep, ModelStep, PlanStep, RunResult, ToolStep
+from agent.exceptions import AgentError, ConfigError
+from agent.observe.handoff import CONFIG_ERROR, Handoff, exit_code
+from agent.run.guard import ApprovalRequest, Approver, terminal_approver
+from agent.run.loop import Agent
+from agent.tools.mcp import MCPToolServer
+from agent.tools.mcp_config import server_spec
+from agent.tools.registry import ToolRegistry, load_tools_file
+from agent.tools.retry import parse_retry
 
 app = typer.Typer(help="Run tool-using agents against an OpenAI-compatible endpoint.")
 trace_app = typer.Typer(help="Inspect run traces ($LOOPSTACK_HOME/traces).")
@@ -147,7 +147,7 @@ async def build_agent(
         registry.retry.update(parse_retry(retries or []))
         link = None
         if memory:
-            from agent.longterm import StoreMemory, open_store
+            from agent.run.longterm import StoreMemory, open_store
 
             store = await open_store().open()
             stack.push_async_callback(store.close)
@@ -156,12 +156,12 @@ async def build_agent(
                 registry.add_all(link.tools(), group="memory")
         instructions = ""
         if team is not None:
-            from agent.team import COORDINATOR_INSTRUCTIONS, load_team, mount_team, worker_tools
+            from agent.run.team import COORDINATOR_INSTRUCTIONS, load_team, mount_team, worker_tools
 
             config = load_team(team)
             memory_for: Any = None
             if link is not None:
-                from agent.longterm import StoreMemory
+                from agent.run.longterm import StoreMemory
 
                 def memory_for(name: str) -> StoreMemory:  # the worker's own scope
                     return StoreMemory(store, user_id=user, agent_id=name)
@@ -194,7 +194,7 @@ async def build_agent(
         )
         agent = Agent(client, model_id, registry, agent_config, approver=approver, memory=link)
         if settings.tokenizer:
-            from agent.context import TokenCounter
+            from agent.core.context import TokenCounter
 
             agent.counter = TokenCounter(settings.tokenizer)
         yield agent
@@ -222,7 +222,7 @@ def _approve_dangerous(fallback: Approver | None) -> Approver:
     async def approve(req: ApprovalRequest) -> bool:
         if req.why == "dangerous":
             return True
-        from agent.guard import ask
+        from agent.run.guard import ask
 
         return await ask(fallback, req)
 
@@ -428,7 +428,7 @@ def _read_line() -> str:
 @trace_app.command("show")
 def trace_show(run: str = typer.Argument(..., help="Run id (a prefix is enough) or path.")) -> None:
     """Print a run's timeline."""
-    from agent.trace import show_trace
+    from agent.observe.trace import show_trace
 
     try:
         show_trace(run)
@@ -444,8 +444,8 @@ def explain_cmd(
 ) -> None:
     """What the run was given: its input, the memory block as injected, and which recalled
     records were kept or dropped, with each one's score and the reason."""
-    from agent.explain import render
-    from agent.trace import load_trace
+    from agent.observe.explain import render
+    from agent.observe.trace import load_trace
 
     try:
         lines = load_trace(run)

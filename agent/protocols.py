@@ -1,6 +1,6 @@
 """The seams the agent depends on. Anything with these attributes is a tool: a typed Python
-function wrapped by `agent.tools`, an MCP server's tool (`agent.mcp`), or memory's tools
-(`memory.tools`, which satisfies `Tool` structurally and never imports `agent`).
+function wrapped by `agent.tools.registry`, an MCP server's tool (`agent.tools.mcp`), or memory's
+tools (`memory.tools`, which satisfies `Tool` structurally and never imports `agent`).
 
 A tool's ``call`` returns JSON-serialisable data or raises; the registry validates the
 arguments before the call and wraps the outcome as ``{"status", "data", "error"}``
@@ -35,7 +35,7 @@ class ToolResult:
     status: ToolStatus
     data: Any = None
     error: dict[str, Any] | None = None  # {"type": ..., "message": ...}, see error_body
-    attempts: int = 1  # calls made under the tool's retry policy (agent.retry)
+    attempts: int = 1  # calls made under the tool's retry policy (agent.tools.retry)
     retried: tuple[str, ...] = ()  # the errors of the attempts that failed before this one
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,7 +44,7 @@ class ToolResult:
 
 @runtime_checkable
 class MemoryLink(Protocol):
-    """Long-term memory as the loop uses it (`agent.longterm.StoreMemory` implements it)."""
+    """Long-term memory as the loop uses it (`agent.run.longterm.StoreMemory` implements it)."""
 
     async def recall(self, query: str) -> str:
         """The block to put into the system prompt ('' when nothing is relevant)."""

@@ -5,7 +5,7 @@
 real ``openai`` client code runs against it. Each chat request without
 ``response_format`` consumes the next scripted reply (a `Reply`, or a function of the
 request body returning one); requests with ``response_format`` (the final-answer step)
-get ``{"answer": ...}``, plan and re-plan requests (agent.plan) the next of ``plans``
+get ``{"answer": ...}``, plan and re-plan requests (agent.run.plan) the next of ``plans``
 (``{"multi_step": ..., "steps": [{"goal": ...}]}``). Every request body and its headers
 are kept for assertions.
 """

@@ -12,7 +12,7 @@
    step, model request included.
 2. Wall time of one step with 3 independent 1-second tools (sync ``time.sleep``, run in
    worker threads). Target: < 1.2 s.
-3. Planning and team bookkeeping (agent.plan, agent.team): the same per-step CPU with a
+3. Planning and team bookkeeping (agent.run.plan, agent.run.team): the same per-step CPU with a
    6-step plan in the run state (``--plan always``: the plan block in every prompt; the
    measured steps come after its 6 steps are done, so advancing it is the cheap path), and
    with every step handing a sub-task to an instant worker agent (a fresh agent, its trace,
@@ -34,12 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.loop import Agent
+from agent.core.settings import AgentConfig, Limits, PlanMode
+from agent.core.state import ModelStep, ToolStep
+from agent.run.loop import Agent
+from agent.run.team import Worker, worker_tools
 from agent.scripted import ScriptedModel, call, calls, text
-from agent.settings import AgentConfig, Limits, PlanMode
-from agent.state import ModelStep, ToolStep
-from agent.team import Worker, worker_tools
-from agent.tools import ToolRegistry
+from agent.tools.registry import ToolRegistry
 
 
 def lookup(key: str) -> dict[str, Any]:

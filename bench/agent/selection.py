@@ -122,7 +122,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def golden_tools() -> dict[str, dict[str, Any]]:
     """The golden set's tools (bench/golden/tools_*.py) as OpenAI tool objects."""
-    from agent.tools import load_tools_file
+    from agent.tools.registry import load_tools_file
 
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(GOLDEN_TOOLS.glob("tools_*.py")):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from agent.handoff import exit_code
+from agent.observe.handoff import exit_code
 from bench.golden import data, reading
 
 STATUSES = ("done", "max_steps", "budget", "refused", "error")
@@ -267,7 +267,7 @@ def tool_failed_cleanly(name: str, goal: str) -> Check:
             errors.append(f"{name} calls not marked as errors: {calls}")
         if o.status not in STATUSES:
             errors.append(f"unclear status {o.status!r}")
-        # the documented code of its status (agent.handoff); 0/1 in records made before them
+        # the documented code of its status (agent.observe.handoff); 0/1 in records made before them
         if o.returncode not in (0, 1, exit_code(o.status)):
             errors.append(f"exit code {o.returncode}")
         invented = [n for n in reading.numbers(o.answer) if not any(_same(n, a) for a in allowed)]

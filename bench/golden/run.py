@@ -242,7 +242,7 @@ async def run_task(
 
 
 def own_words(answer: str) -> str:
-    """The answer without the tool results the host appended to it (`agent.grounding`)."""
+    """The answer without the tool results the host appended to it (`agent.run.grounding`)."""
     cut = answer.rfind(" (From ")
     return answer[:cut] if cut > 0 and answer.endswith(")") else answer
 

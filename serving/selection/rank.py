@@ -4,7 +4,7 @@ Small models pick the wrong tool when many are offered (the first listed, most o
 call one where none fits. Retrieval over the tool descriptions, as RAG-MCP and Toolshed do,
 narrows the choice before the model sees it. This module is the one ranking used by the
 server's opt-in extension ``loopstack.tool_rank`` (`serving.selection.requests`), which the agent
-runtime's ranked selection asks for (`agent.selection`); it depends only on an `Embedder`.
+runtime's ranked selection asks for (`agent.core.selection`); it depends only on an `Embedder`.
 
 * A tool's *document* is its name (split into words), description and parameter names (with
   their descriptions and enum values, cut), as `tool_document` writes it.

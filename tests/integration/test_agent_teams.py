@@ -75,10 +75,10 @@ async def python_team_counts_every_request(server: Server, tmp_path: Path) -> No
     await asyncio.to_thread(tmp_path.mkdir, parents=True, exist_ok=True)
     from openai import AsyncOpenAI
 
-    from agent.loop import Agent
-    from agent.settings import AgentConfig, Limits
-    from agent.team import Worker, worker_tools
-    from agent.tools import ToolRegistry, load_tools_file
+    from agent.core.settings import AgentConfig, Limits
+    from agent.run.loop import Agent
+    from agent.run.team import Worker, worker_tools
+    from agent.tools.registry import ToolRegistry, load_tools_file
 
     client = AsyncOpenAI(base_url=server.base_url + "/v1", api_key=API_KEY)
     sales = Worker(

@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from agent.exceptions import ToolServerError, ToolTimeout
-from agent.mcp import MCPServerSpec, MCPToolServer
 from agent.protocols import Tool
+from agent.tools.mcp import MCPServerSpec, MCPToolServer
 
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
 STARTUP_S = 30.0  # a loaded 2-core machine takes seconds to import a Python server

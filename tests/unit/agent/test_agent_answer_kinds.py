@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import answer_kinds as k
 from agent import examples
+from agent.run import answer_kinds as k
 
 
 def test_the_kind_is_read_from_the_question() -> None:
@@ -66,11 +66,11 @@ def test_examples_are_chosen_by_the_tools_this_run_offers(tmp_path: Path) -> Non
 
 
 async def test_shadow_arms_are_recorded_and_not_charged() -> None:
-    from agent.loop import Agent
+    from agent.core.settings import AgentConfig, AnswerOptions
+    from agent.core.state import FinalStep
+    from agent.run.loop import Agent
     from agent.scripted import ScriptedModel, call
-    from agent.settings import AgentConfig, AnswerOptions
-    from agent.state import FinalStep
-    from agent.tools import ToolRegistry
+    from agent.tools.registry import ToolRegistry
 
     def weather(city: str) -> dict[str, object]:
         """Weather.
@@ -107,11 +107,11 @@ async def test_shadow_arms_of_concurrent_runs_keep_their_own_options() -> None:
 
     from openai import AsyncOpenAI
 
-    from agent.loop import Agent
+    from agent.core.settings import AgentConfig, AnswerOptions
+    from agent.core.state import AgentState, FinalStep
+    from agent.run.loop import Agent
     from agent.scripted import ScriptedModel, call, httpx
-    from agent.settings import AgentConfig, AnswerOptions
-    from agent.state import AgentState, FinalStep
-    from agent.tools import ToolRegistry
+    from agent.tools.registry import ToolRegistry
 
     def weather(city: str) -> dict[str, object]:
         """Weather.

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from agent import cli
 from agent.exceptions import ConfigError
+from agent.observe.trace import show_trace
+from agent.run.team import load_team
 from agent.scripted import Reply, ScriptedModel, call, text
-from agent.team import load_team
-from agent.trace import show_trace
 
 TEAM = Path(__file__).resolve().parents[3] / "examples" / "team" / "team.yaml"
 

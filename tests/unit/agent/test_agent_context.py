@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.context import (
+from agent.core.context import (
     TokenCounter,
     compaction_cut,
     extract_tool_facts,
     extract_user_facts,
     system_prompt,
 )
-from agent.loop import Agent
+from agent.core.settings import AgentConfig, Limits
+from agent.core.state import AgentState, CompactionStep
+from agent.run.loop import Agent
 from agent.scripted import Reply, ScriptedModel
-from agent.settings import AgentConfig, Limits
-from agent.state import AgentState, CompactionStep
-from agent.tools import ToolRegistry
+from agent.tools.registry import ToolRegistry
 
 
 def price(item: str) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def test_token_count_uses_last_usage_plus_new_messages() -> None:
 
 
 def test_the_final_answer_prompt_points_at_remembered_facts() -> None:
-    from agent.answer import _prompt
+    from agent.run.answer import _prompt
     from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
 
     state = AgentState(goal="What is my favourite city?")

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from agent.longterm import StoreMemory
-from agent.loop import Agent
+from agent.core.state import ToolStep
+from agent.run.longterm import StoreMemory
+from agent.run.loop import Agent
 from agent.scripted import ScriptedModel, call, text
-from agent.state import ToolStep
-from agent.tools import FunctionTool, ToolRegistry
+from agent.tools.registry import FunctionTool, ToolRegistry
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 from memory.records import Record
 from memory.trust import provenance

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from agent import cli
-from agent.explain import reason_code, render
-from agent.longterm import StoreMemory
-from agent.loop import Agent
+from agent.observe.explain import reason_code, render
+from agent.observe.trace import load_trace
+from agent.run.longterm import StoreMemory
+from agent.run.loop import Agent
 from agent.scripted import ScriptedModel, text
-from agent.trace import load_trace
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from agent.guard import ApprovalRequest, distinctive_values, suspicious_call, terminal_approver
-from agent.loop import Agent
+from agent.core.state import ToolStep
+from agent.run.guard import ApprovalRequest, distinctive_values, suspicious_call, terminal_approver
+from agent.run.loop import Agent
 from agent.scripted import ScriptedModel, call, text
-from agent.state import ToolStep
-from agent.tools import FunctionTool, ToolRegistry
+from agent.tools.registry import FunctionTool, ToolRegistry
 
 SENT: list[dict[str, Any]] = []
 

@@ -7,12 +7,12 @@ import json
 import time
 from typing import Any
 
-from agent.loop import Agent
+from agent.core.settings import AgentConfig, Limits
+from agent.core.state import FinalStep, LimitStep, ModelStep, ToolStep
+from agent.observe.trace import load_trace
+from agent.run.loop import Agent
 from agent.scripted import Reply, ScriptedModel, call, calls, text
-from agent.settings import AgentConfig, Limits
-from agent.state import FinalStep, LimitStep, ModelStep, ToolStep
-from agent.tools import ToolRegistry
-from agent.trace import load_trace
+from agent.tools.registry import ToolRegistry
 
 
 def weather(city: str) -> dict[str, Any]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.longterm import StoreMemory
-from agent.loop import Agent
 from agent.protocols import MemoryLink, Tool
+from agent.run.longterm import StoreMemory
+from agent.run.loop import Agent
 from agent.scripted import ScriptedModel, call, text
-from agent.tools import ToolRegistry
+from agent.tools.registry import ToolRegistry
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 from memory.tools import memory_tools
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.loop import Agent
+from agent.core.settings import AgentConfig, Limits
+from agent.core.state import PlanStep
+from agent.observe.trace import load_trace
+from agent.run.loop import Agent
 from agent.scripted import ScriptedModel, call, text
-from agent.settings import AgentConfig, Limits
-from agent.state import PlanStep
-from agent.tools import ToolRegistry
-from agent.trace import load_trace
+from agent.tools.registry import ToolRegistry
 
 
 def region_sales(region: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Per-tool retries of transient tool failures (agent.retry), in the registry and the loop."""
+"""Per-tool retries of transient tool failures (agent.tools.retry), in the registry and the loop."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from agent import retry
+from agent.core.settings import AgentConfig, Limits
+from agent.core.state import ToolStep
 from agent.exceptions import ConfigError
-from agent.loop import Agent
+from agent.observe.trace import load_trace
 from agent.protocols import ToolResult
-from agent.retry import RetryPolicy, parse_retry, policy_for, transient_kind
+from agent.run.loop import Agent
 from agent.scripted import ScriptedModel, call
-from agent.settings import AgentConfig, Limits
-from agent.state import ToolStep
-from agent.tools import FunctionTool, ToolRegistry
-from agent.trace import load_trace
+from agent.tools import retry
+from agent.tools.registry import FunctionTool, ToolRegistry
+from agent.tools.retry import RetryPolicy, parse_retry, policy_for, transient_kind
 
 
 def err(kind: str, message: str) -> ToolResult:

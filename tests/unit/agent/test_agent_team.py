@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from agent.loop import Agent
+from agent.core.settings import AgentConfig, Limits
+from agent.core.state import RunResult, ToolStep
+from agent.observe.trace import load_trace, show_trace
+from agent.run.loop import Agent
+from agent.run.team import Worker, worker_tools
 from agent.scripted import ScriptedModel, call, calls, text
-from agent.settings import AgentConfig, Limits
-from agent.state import RunResult, ToolStep
-from agent.team import Worker, worker_tools
-from agent.tools import ToolRegistry
-from agent.trace import load_trace, show_trace
+from agent.tools.registry import ToolRegistry
 
 SPANS: list[tuple[float, float]] = []
 
@@ -241,7 +241,7 @@ async def test_spans_go_to_an_otlp_exporter_with_parent_ids() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agent.trace import register_otel_provider
+    from agent.observe.trace import register_otel_provider
 
     exporter = InMemorySpanExporter()
     provider = sdk.TracerProvider()
@@ -291,8 +291,8 @@ async def test_a_worker_cut_off_by_the_parents_clock_is_still_charged() -> None:
 
 
 async def test_a_cancelled_worker_is_charged_and_recorded() -> None:
-    from agent.state import CURRENT_TURN, AgentState, Turn
-    from agent.team import WorkerTool
+    from agent.core.state import CURRENT_TURN, AgentState, Turn
+    from agent.run.team import WorkerTool
 
     keys = (f"k{i}" for i in itertools.count())
     busy = ScriptedModel([lambda _: call("slow", item=next(keys))])
@@ -314,8 +314,8 @@ async def test_a_worker_keeps_the_runs_selection_and_answer_arms(
 ) -> None:
     # #46 item 8: the worker's config was copied field by field and dropped `selection` and
     # `answer_arms`: workers ran without the run's tool selection
-    from agent.selection import ANSWER_TOOL, ToolSelection
-    from agent.settings import AnswerOptions
+    from agent.core.selection import ANSWER_TOOL, ToolSelection
+    from agent.core.settings import AnswerOptions
 
     built: list[AgentConfig] = []
     init = Agent.__init__

@@ -11,7 +11,13 @@ import pytest
 
 from agent.exceptions import ConfigError
 from agent.protocols import Tool
-from agent.tools import FunctionTool, ToolRegistry, load_tools_file, schema_from_function, trim
+from agent.tools.registry import (
+    FunctionTool,
+    ToolRegistry,
+    load_tools_file,
+    schema_from_function,
+    trim,
+)
 
 
 def report(
@@ -113,7 +119,7 @@ def test_tools_file(tmp_path: Path) -> None:
     f.write_text(
         textwrap.dedent(
             '''
-            from agent.tools import tool
+            from agent.tools.registry import tool
             DANGEROUS = {"rm"}
 
             def add(a: int, b: int) -> int:
@@ -156,7 +162,7 @@ def test_a_sync_tool_abandoned_on_timeout_does_not_keep_the_process_alive() -> N
 
     code = (
         "import asyncio, time\n"
-        "from agent.tools import in_daemon_thread\n"
+        "from agent.tools.registry import in_daemon_thread\n"
         "async def main():\n"
         "    try:\n"
         "        await asyncio.wait_for(in_daemon_thread(lambda s: time.sleep(s), s=60), 0.2)\n"

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.longterm import StoreMemory
-from agent.loop import Agent
+from agent.core.settings import AgentConfig, Limits
+from agent.core.state import AgentState, ToolStep
+from agent.run.longterm import StoreMemory
+from agent.run.loop import Agent
+from agent.run.team import Worker, worker_tools
 from agent.scripted import Reply, ScriptedModel, call, calls, text
-from agent.settings import AgentConfig, Limits
-from agent.state import AgentState, ToolStep
-from agent.team import Worker, worker_tools
-from agent.tools import ToolRegistry, trim
+from agent.tools.registry import ToolRegistry, trim
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 
 

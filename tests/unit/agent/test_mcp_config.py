@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent.exceptions import ConfigError
-from agent.mcp_config import MCPEntry, parse_assignments, server_spec
-from agent.team import TeamConfig
+from agent.run.team import TeamConfig
+from agent.tools.mcp_config import MCPEntry, parse_assignments, server_spec
 
 HOST = {"TOKEN": "s3cret", "REGION": "eu", "PATH": "/bin"}
 

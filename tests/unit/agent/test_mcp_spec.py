@@ -8,7 +8,7 @@ import pytest
 from mcp import types as mcp_types
 
 from agent.exceptions import ConfigError
-from agent.mcp import MCPServerSpec, result_value, tool_name
+from agent.tools.mcp import MCPServerSpec, result_value, tool_name
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

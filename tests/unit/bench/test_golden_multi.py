@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.team import load_team
+from agent.run.team import load_team
 from bench.golden import checks as c
 from bench.golden import data as d
 from bench.golden import run as runner

@@ -327,7 +327,7 @@ def test_the_layers_startup_probe_outlasts_its_engine_wait(
 def settings_names() -> set[str]:
     """Every LOOPSTACK_* variable some code reads: the fields of each settings class, and
     the names the code spells out (os.environ lookups)."""
-    from agent.settings import AgentSettings
+    from agent.core.settings import AgentSettings
     from memory.config import MemorySettings
     from serving.config import ServerSettings
 
@@ -419,7 +419,7 @@ def test_a_rollout_lets_the_longest_agent_step_finish(
     """On SIGTERM the layer drains: preStop waits until the endpoints have dropped the pod,
     then uvicorn finishes what is in flight; the grace period covers the longest step an
     agent waits for (its request timeout)."""
-    from agent.settings import AgentSettings
+    from agent.core.settings import AgentSettings
 
     docs = overlay_docs(rendered, kustomization)
     spec = by_kind(docs, "Deployment", "loopstack")["spec"]["template"]["spec"]

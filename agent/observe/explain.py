@@ -24,7 +24,7 @@ import re
 import time
 from typing import Any, Literal
 
-from agent.state import AgentState
+from agent.core.state import AgentState
 
 __all__ = ["ReasonCode", "explain_recall", "reason_code", "render", "run_start"]
 
@@ -82,7 +82,7 @@ def explain_recall(rec: Any) -> dict[str, Any]:
 
 async def run_start(agent: Any, state: AgentState) -> dict[str, Any]:
     """Recall memory for the run (sets ``state.memory_block``) and return the trace's ``start``
-    line. A memory link with ``recall_explained`` (agent.longterm.StoreMemory) gives the
+    line. A memory link with ``recall_explained`` (agent.run.longterm.StoreMemory) gives the
     decisions; any other gives the block only. A failed recall never fails the run."""
     t0 = time.perf_counter()
     recall: dict[str, Any] | None = None

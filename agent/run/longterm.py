@@ -46,7 +46,7 @@ class StoreMemory:
         return (await self.recall_explained(query)).block
 
     async def recall_explained(self, query: str) -> Recall:
-        """The store's `Recall`: the block and every candidate's verdict (agent.explain)."""
+        """The store's `Recall`: the block and every candidate's verdict (agent.observe.explain)."""
         return await self.store.recall(
             query,
             user_id=self.user_id,

@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from agent.exceptions import ConfigError
 
-if TYPE_CHECKING:  # agent.mcp loads the MCP SDK: only when a server is started
-    from agent.mcp import MCPServerSpec
+if TYPE_CHECKING:  # agent.tools.mcp loads the MCP SDK: only when a server is started
+    from agent.tools.mcp import MCPServerSpec
 
 __all__ = ["MCPEntry", "expand", "parse_assignments", "server_spec"]
 
@@ -131,7 +131,7 @@ def server_spec(
 ) -> MCPServerSpec:
     """The spec of one server: its command or URL, the run's timeouts, and the variables and
     headers meant for it (the entry's own over the run's ``--mcp-env``/``--mcp-header``)."""
-    from agent.mcp import MCPServerSpec
+    from agent.tools.mcp import MCPServerSpec
 
     if isinstance(entry, MCPEntry):
         env = [*env, *entry.env_items()]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent.tools import loads_arguments
+from agent.tools.registry import loads_arguments
 
 __all__ = [
     "ANSWER_TOOL",

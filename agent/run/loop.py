@@ -28,39 +28,18 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from agent import answer as final_answer
-from agent import compaction, explain, grounding, retry
-from agent import plan as plans
-from agent.context import (
+from agent.core.context import (
     TokenCounter,
     pin_user_message,
 )
-from agent.cost import cached_tokens_of
-from agent.exceptions import (
-    AgentError,
-    ModelError,
-    ToolArgumentsError,
-    ToolDenied,
-    ToolNotAllowed,
-    error_body,
-)
-from agent.guard import (
-    ApprovalRequest,
-    Approver,
-    ask,
-    call_sig,
-    call_signature,
-    repeated_call_error,
-    suspicious_call,
-)
-from agent.protocols import MemoryLink, ToolResult
-from agent.selection import (
+from agent.core.cost import cached_tokens_of
+from agent.core.selection import (
     ANSWER_TOOL,
     MORE_TOOLS,
     answer_call,
 )
-from agent.settings import AgentConfig
-from agent.state import (
+from agent.core.settings import AgentConfig
+from agent.core.state import (
     CURRENT_CALL,
     CURRENT_TURN,
     STATUS_OF,
@@ -77,10 +56,33 @@ from agent.state import (
     ToolStep,
     Turn,
 )
-from agent.tools import ToolRegistry
-from agent.tools import loads_arguments as _loads
-from agent.tools import result_summary as _summary
-from agent.trace import Tracer
+from agent.exceptions import (
+    AgentError,
+    ModelError,
+    ToolArgumentsError,
+    ToolDenied,
+    ToolNotAllowed,
+    error_body,
+)
+from agent.observe import explain
+from agent.observe.trace import Tracer
+from agent.protocols import MemoryLink, ToolResult
+from agent.run import answer as final_answer
+from agent.run import compaction, grounding
+from agent.run import plan as plans
+from agent.run.guard import (
+    ApprovalRequest,
+    Approver,
+    ask,
+    call_sig,
+    call_signature,
+    repeated_call_error,
+    suspicious_call,
+)
+from agent.tools import retry
+from agent.tools.registry import ToolRegistry
+from agent.tools.registry import loads_arguments as _loads
+from agent.tools.registry import result_summary as _summary
 
 __all__ = ["UNTRUSTED_NOTE", "Agent"]
 

@@ -2,7 +2,7 @@
 
 `AgentState` is everything one run knows: the pinned goal and facts, the plan, the
 observations (tool results), the message history, token usage and the final status.
-The loop (`agent.loop.Agent.steps`) is an async generator of the small `Step` dataclasses
+The loop (`agent.run.loop.Agent.steps`) is an async generator of the small `Step` dataclasses
 below; `RunResult.fold` turns the stream into the run's result, so ``run()`` is one fold.
 
 Statuses and reasons: a run ends ``done`` (an answer was produced), ``max_steps`` (a step
@@ -25,8 +25,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.cost import Cost
-from agent.selection import RunTools
+from agent.core.cost import Cost
+from agent.core.selection import RunTools
 
 Status = Literal["done", "max_steps", "budget", "refused", "error"]
 Reason = Literal[
@@ -99,7 +99,7 @@ class PlanItem:
 
 @dataclass(slots=True)
 class Plan:
-    """The run's plan (`agent.plan` makes, advances and re-plans it)."""
+    """The run's plan (`agent.run.plan` makes, advances and re-plans it)."""
 
     items: list[PlanItem] = field(default_factory=list)
     replans: int = 0
@@ -130,7 +130,7 @@ class AgentState:
     run_id: str = field(default_factory=new_run_id)
     user_messages: list[str] = field(default_factory=list)  # what the user said (trusted)
     pinned: dict[str, str] = field(default_factory=dict)  # key facts, always in the prompt
-    plan: Plan | None = None  # set when planning is on (agent.plan)
+    plan: Plan | None = None  # set when planning is on (agent.run.plan)
     memory_block: str = ""
     summary: str = ""  # compacted older turns
     messages: list[dict[str, Any]] = field(default_factory=list)  # history after the system
@@ -148,7 +148,7 @@ class AgentState:
     workers: list[dict[str, Any]] = field(default_factory=list)
     delegated: dict[str, str] = field(default_factory=dict)
     charged: Cost = field(default_factory=Cost)
-    run_tools: RunTools = field(default_factory=RunTools)  # tool selection (agent.selection)
+    run_tools: RunTools = field(default_factory=RunTools)  # tool selection (agent.core.selection)
     # tokens spent before this turn (a chat session's earlier turns): the token budget is
     # per turn, like steps, tool calls and the clock; ``cost()`` stays the whole session's
     turn_tokens_from: int = 0
@@ -185,7 +185,7 @@ class AgentState:
 
 @dataclass(frozen=True, slots=True)
 class Lineage:
-    """Where an agent runs in a team (agent.team): how deep, under whom, and the parent's
+    """Where an agent runs in a team (agent.run.team): how deep, under whom, and the parent's
     (run id, step trace id) its trace lines point at."""
 
     depth: int = 0  # 0: the top-level agent; a worker runs at its parent's depth + 1
@@ -243,7 +243,7 @@ class ToolStep:
     chars: int
     latency_s: float
     error_type: str | None = None
-    attempts: int = 1  # agent.retry: calls made for this one (transient failures retried)
+    attempts: int = 1  # agent.tools.retry: calls made for this one (transient failures retried)
     retried: tuple[str, ...] = ()
 
 
@@ -279,7 +279,7 @@ class FinalStep:
     latency_s: float
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    repairs: tuple[str, ...] = ()  # what `agent.grounding` corrected in a forced answer
+    repairs: tuple[str, ...] = ()  # what `agent.run.grounding` corrected in a forced answer
     arms: tuple[tuple[str, str], ...] = ()  # measurement only: other ways of asking (loop)
 
 

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
-from agent.tools import in_daemon_thread, loads_arguments
+from agent.tools.registry import in_daemon_thread, loads_arguments
 
 __all__ = [
     "ApprovalRequest",

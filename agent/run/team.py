@@ -38,17 +38,25 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.core.settings import Limits, PlanMode
+from agent.core.state import (
+    CURRENT_CALL,
+    CURRENT_TURN,
+    AgentState,
+    Lineage,
+    RunResult,
+    ToolStep,
+    Turn,
+)
 from agent.exceptions import ConfigError, TeamRefused, WorkerFailed
-from agent.mcp_config import MCPEntry
 from agent.protocols import MemoryLink
-from agent.settings import Limits, PlanMode
-from agent.state import CURRENT_CALL, CURRENT_TURN, AgentState, Lineage, RunResult, ToolStep, Turn
-from agent.tools import ToolRegistry
+from agent.tools.mcp_config import MCPEntry
+from agent.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-    from agent.loop import Agent
+    from agent.run.loop import Agent
 
 __all__ = [
     "COORDINATOR_INSTRUCTIONS",
@@ -203,7 +211,7 @@ class WorkerTool:
         return limits
 
     def _agent(self, parent: Agent, turn: Turn, limits: Limits) -> Agent:
-        from agent.loop import Agent
+        from agent.run.loop import Agent
 
         w = self.worker
         tools = w.tools
@@ -265,7 +273,7 @@ class WorkerTool:
             if isinstance(s, ToolStep) and s.status == "ok"
         ]
         # the worker's own name stays out: a name inside tool output makes a later call to
-        # that tool look injected (agent.guard), and the coordinator knows whom it called
+        # that tool look injected (agent.run.guard), and the coordinator knows whom it called
         return {
             "status": result.status,
             "answer": result.answer,
@@ -294,7 +302,7 @@ class WorkerConfig(BaseModel):
     description: str = Field(min_length=1)
     instructions: str = ""
     tools: str | list[str] | None = None
-    mcp: list[str | MCPEntry] = Field(default_factory=list)  # agent.mcp_config: env, headers
+    mcp: list[str | MCPEntry] = Field(default_factory=list)  # agent.tools.mcp_config: env, headers
     memory: Literal["none", "own"] = "none"
     plan: Literal["auto", "always", "never"] = "never"
 
@@ -350,9 +358,9 @@ async def mount_team(
     """Workers of a team file: tools files relative to ``base``, MCP servers started in
     ``stack`` (closed with it), limits = ``defaults`` with the worker's overrides.
     ``memory_for(name)`` gives a worker with ``memory: own`` its memory link."""
-    from agent.mcp import MCPToolServer
-    from agent.mcp_config import server_spec
-    from agent.tools import load_tools_file
+    from agent.tools.mcp import MCPToolServer
+    from agent.tools.mcp_config import server_spec
+    from agent.tools.registry import load_tools_file
 
     workers = []
     for w in config.workers:

@@ -41,7 +41,7 @@ from agent.exceptions import (
 from agent.protocols import Tool, ToolResult
 
 if TYPE_CHECKING:
-    from agent.retry import RetryPolicy
+    from agent.tools.retry import RetryPolicy
 
 __all__ = [
     "FunctionTool",
@@ -383,7 +383,7 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         self._groups: dict[str, str] = {}
         self._validators: dict[str, Any] = {}
-        self.retry: dict[str, RetryPolicy] = {}  # per tool name or pattern (agent.retry)
+        self.retry: dict[str, RetryPolicy] = {}  # per tool name or pattern (agent.tools.retry)
         self.max_result_chars = max_result_chars
         self.max_result_items = max_result_items
         for t in tools:

@@ -1,5 +1,5 @@
 """Compaction: when the context passes ``Limits.context_tokens``, older turns are cut at a
-turn boundary (`agent.context.compaction_cut`), their numeric and dated tool facts pinned
+turn boundary (`agent.core.context.compaction_cut`), their numeric and dated tool facts pinned
 into the system prompt, and the rest summarized by the model in at most 80 words (a cut
 transcript when that request fails). The loop yields the `CompactionStep`.
 """
@@ -10,10 +10,10 @@ import logging
 import time
 from typing import Any, Protocol
 
-from agent.context import compaction_cut, pin_facts, render_messages, tool_facts_of
+from agent.core.context import compaction_cut, pin_facts, render_messages, tool_facts_of
+from agent.core.settings import AgentConfig
+from agent.core.state import AgentState, CompactionStep
 from agent.exceptions import AgentError
-from agent.settings import AgentConfig
-from agent.state import AgentState, CompactionStep
 
 __all__ = ["compact"]
 
@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 class Compactor(Protocol):
-    """What compaction needs from the loop (`agent.loop.Agent` is one)."""
+    """What compaction needs from the loop (`agent.run.loop.Agent` is one)."""
 
     config: AgentConfig
 

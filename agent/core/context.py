@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from agent.state import AgentState
+from agent.core.state import AgentState
 from memory.language import estimate_tokens
 
 __all__ = [

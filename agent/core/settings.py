@@ -8,14 +8,14 @@ sees the settings object. Tests, teams and benches build an `AgentConfig` direct
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_type_hints
 
-from pydantic import Field
+from pydantic import Field, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent.selection import ToolSelection
+from agent.core.selection import ToolSelection
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -32,33 +32,71 @@ PlanMode = Literal["auto", "always", "never"]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
+_T = TypeVar("_T")
+
+
+def _limit(default: _T, *, description: str = "", **bounds: float) -> _T:
+    """A `Limits` field: its default, and the bounds and description `AgentSettings` checks and
+    shows for ``LOOPSTACK_AGENT_<NAME>`` (the one place each limit is declared)."""
+    meta: dict[str, Any] = dict(bounds)
+    if description:
+        meta["description"] = description
+    return cast(_T, field(default=default, metadata=meta))
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Guardrails of one run; all on by default."""
+    """Guardrails of one run; all on by default. `AgentSettings` reads its fields from here."""
 
-    max_steps: int = 8  # model calls that may choose tools
-    max_tool_calls: int = 16
-    max_tokens: int = 40_000  # prompt + completion tokens over the run, from `usage`
-    wall_clock_s: float = 300.0
-    tool_timeout_s: float = 30.0
-    no_progress_steps: int = 3  # steps without a new successful observation
-    repeat_nudges: int = 1  # identical repeats answered with a hint before the forced answer
-    context_tokens: int = 5_000  # compaction threshold
-    keep_turns: int = 4  # turns kept verbatim when compacting
-    step_max_tokens: int = 512  # max_tokens of each model call
-    answer_max_tokens: int = 384  # max_tokens of the final-answer request
-    max_replans: int = 2  # re-plans after failed plan steps (agent.plan)
-    max_depth: int = 2  # levels of workers below the top agent (agent.team)
-    max_fan_out: int = 4  # sub-tasks handed out in one turn (agent.team)
+    max_steps: int = _limit(8, ge=1)  # model calls that may choose tools
+    max_tool_calls: int = _limit(16, ge=0)
+    max_tokens: int = _limit(  # prompt + completion tokens over the run, from `usage`
+        40_000, ge=100, description="token budget per run (each chat turn)"
+    )
+    wall_clock_s: float = _limit(300.0, gt=0)
+    tool_timeout_s: float = _limit(30.0, gt=0)
+    no_progress_steps: int = _limit(3, ge=1)  # steps without a new successful observation
+    repeat_nudges: int = _limit(
+        1,
+        ge=0,
+        description="times an identical repeated call is answered with a hint (use the result, "
+        "change the arguments or another tool) before the final answer is forced",
+    )
+    context_tokens: int = _limit(5_000, ge=256, description="compaction threshold")
+    keep_turns: int = _limit(4, ge=1)  # turns kept verbatim when compacting
+    step_max_tokens: int = _limit(512, ge=16)  # max_tokens of each model call
+    answer_max_tokens: int = _limit(384, ge=16)  # max_tokens of the final-answer request
+    max_replans: int = _limit(  # (agent.run.plan)
+        2, ge=0, description="re-plans after failed plan steps"
+    )
+    max_depth: int = _limit(  # (agent.run.team)
+        2, ge=0, description="levels of workers below the top agent"
+    )
+    max_fan_out: int = _limit(  # (agent.run.team)
+        4, ge=1, description="sub-tasks handed out in one turn"
+    )
+
+
+def settings_fields(cls: type) -> dict[str, Any]:
+    """A dataclass's fields as pydantic field definitions: type, default, bounds, description."""
+    hints = get_type_hints(cls)
+    return {f.name: (hints[f.name], Field(default=f.default, **f.metadata)) for f in fields(cls)}
+
+
+if TYPE_CHECKING:
+    _LimitSettings = BaseSettings
+else:  # every `Limits` field as a setting, default and bounds from `Limits`
+    _LimitSettings = create_model(
+        "_LimitSettings", __base__=BaseSettings, **settings_fields(Limits)
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class AnswerOptions:
-    """How the final answer is asked for (agent.answer); the defaults are what the golden set
+    """How the final answer is asked for (agent.run.answer); the defaults are what the golden set
     measured best (docs/benchmarks.md)."""
 
-    typed: bool = False  # agent.answer_kinds: a typed ``value`` chosen from the question
+    typed: bool = False  # agent.run.answer_kinds: a typed ``value`` chosen from the question
     samples: int = 1  # self-consistency: n samples in one request, the majority wins
     examples: str = ""  # worked examples (agent.examples) put before the request
 
@@ -78,43 +116,24 @@ class AgentConfig:
     # a text reply before any tool call (and without a memory block to answer from) is asked
     # once more with tool_choice="required": small models guess instead of looking
     tool_nudge: bool = True
-    plan: PlanMode = "never"  # a plan before the first step (agent.plan)
+    plan: PlanMode = "never"  # a plan before the first step (agent.run.plan)
     instructions: str = ""  # added to the system prompt (a worker's role)
     answer: AnswerOptions = field(default_factory=AnswerOptions)
     # measurement only (LOOPSTACK_AGENT_ANSWER_ARMS): the final answer also asked these
-    # ways on the same state, recorded in the trace (agent.answer.shadow_answers)
+    # ways on the same state, recorded in the trace (agent.run.answer.shadow_answers)
     answer_arms: tuple[tuple[str, AnswerOptions], ...] = ()
     selection: ToolSelection = field(default_factory=ToolSelection)  # which tools, how
     trace_dir: Path | None = None  # default: $LOOPSTACK_HOME/traces
     otel_endpoint: str | None = None  # OTLP/HTTP traces, besides the JSONL file
 
 
-class AgentSettings(BaseSettings):
+class AgentSettings(_LimitSettings):
+    """The agent's settings: the `Limits` (inherited, declared once there), then the rest."""
+
     model_config = SettingsConfigDict(env_prefix="LOOPSTACK_AGENT_", extra="ignore")
 
-    max_steps: int = Field(default=8, ge=1)
-    max_tool_calls: int = Field(default=16, ge=0)
-    max_tokens: int = Field(
-        default=40_000, ge=100, description="token budget per run (each chat turn)"
-    )
-    wall_clock_s: float = Field(default=300.0, gt=0)
-    tool_timeout_s: float = Field(default=30.0, gt=0)
-    no_progress_steps: int = Field(default=3, ge=1)
-    repeat_nudges: int = Field(
-        default=1,
-        ge=0,
-        description="times an identical repeated call is answered with a hint (use the result, "
-        "change the arguments or another tool) before the final answer is forced",
-    )
-    context_tokens: int = Field(default=5_000, ge=256, description="compaction threshold")
-    keep_turns: int = Field(default=4, ge=1)
-    step_max_tokens: int = Field(default=512, ge=16)
-    answer_max_tokens: int = Field(default=384, ge=16)
-    max_replans: int = Field(default=2, ge=0, description="re-plans after failed steps")
-    max_depth: int = Field(default=2, ge=0, description="levels of workers below the top agent")
-    max_fan_out: int = Field(default=4, ge=1, description="sub-tasks handed out per turn")
     plan: PlanMode = Field(
-        default="never", description="make a plan before the first step (agent.plan)"
+        default="never", description="make a plan before the first step (agent.run.plan)"
     )
     text_answers: Literal["force", "accept"] = Field(
         default="force",
@@ -154,7 +173,7 @@ class AgentSettings(BaseSettings):
     )
     answer_tool: bool = Field(
         default=False,
-        description="offer a final_answer tool: the model answers by a call (agent.selection)",
+        description="offer a final_answer tool: the model answers by a call (agent.core.selection)",
     )
     model: str | None = Field(default=None, description="default: first chat model listed")
     tokenizer: str | None = Field(default=None, description="local HF folder for counting")
@@ -162,9 +181,9 @@ class AgentSettings(BaseSettings):
     request_timeout_s: float = Field(default=300.0, gt=0)
 
     def limits(self, **overrides: int | float | None) -> Limits:
-        fields = {f: getattr(self, f) for f in Limits.__dataclass_fields__}
-        fields.update({k: v for k, v in overrides.items() if v is not None})
-        return Limits(**fields)
+        values = {f.name: getattr(self, f.name) for f in fields(Limits)}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return Limits(**values)
 
 
 def resolve_base_url(explicit: str | None = None) -> str:

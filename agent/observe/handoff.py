@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from agent.core.state import Status
 from agent.exceptions import ConfigError
-from agent.state import Status
 
 __all__ = ["CONFIG_ERROR", "EXIT_CODES", "Handoff", "exit_code", "local_url"]
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agent.state import AgentState, Observation
+from agent.core.state import AgentState, Observation
 from memory.evidence import mentions
 
 __all__ = ["Repair", "evidence", "problems", "repair"]

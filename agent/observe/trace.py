@@ -3,7 +3,7 @@
 Every line has ``run_id, trace_id, step, type, ts, latency_s``; ``type`` is one of
 ``start | model | tool | compaction | final | limit | error | plan``; the ``start`` line (one
 per run or chat turn, first) holds the input, the memory block and recall's choices
-(agent.explain). A worker's lines (agent.team)
+(agent.observe.explain). A worker's lines (agent.run.team)
 also carry ``parent_run_id`` and ``parent_trace_id``: the run and the tool-call step that
 handed it the sub-task, so runs form a tree (`show_trace` prints it).
 Model lines add ``prompt_tokens, completion_tokens, decision`` (``tool_calls`` |
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.state import (
+from agent.core.state import (
     CompactionStep,
     ErrorStep,
     FinalStep,
@@ -155,7 +155,7 @@ class Tracer:
         return line
 
     def record_line(self, fields: dict[str, Any]) -> dict[str, Any]:
-        """A line that is not a step (the run's ``start`` line, agent.explain)."""
+        """A line that is not a step (the run's ``start`` line, agent.observe.explain)."""
         line = {"run_id": self.run_id, "ts": time.time(), "latency_s": 0.0} | fields
         line |= self.parent
         if self._file is not None:

@@ -21,11 +21,11 @@ import logging
 import time
 from typing import Any, Protocol
 
-from agent.context import build_messages
+from agent.core.context import build_messages
+from agent.core.settings import AgentConfig, Limits, PlanMode
+from agent.core.state import AgentState, Plan, PlanItem, PlanStep, ToolStep
 from agent.exceptions import AgentError
-from agent.settings import AgentConfig, Limits, PlanMode
-from agent.state import AgentState, Plan, PlanItem, PlanStep, ToolStep
-from agent.tools import ToolRegistry
+from agent.tools.registry import ToolRegistry
 
 __all__ = [
     "PLAN_FORMAT",
@@ -82,7 +82,7 @@ REPLAN_FORMAT = _format("replan", {"steps": _STEPS_SCHEMA})
 
 
 class Planner(Protocol):
-    """What planning needs from the loop (`agent.loop.Agent` is one)."""
+    """What planning needs from the loop (`agent.run.loop.Agent` is one)."""
 
     config: AgentConfig
     tools: ToolRegistry

@@ -17,10 +17,10 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from agent import answer_kinds
+from agent.core.settings import AgentConfig, AnswerOptions
+from agent.core.state import AgentState, Reason
 from agent.exceptions import AgentError, ModelError
-from agent.settings import AgentConfig, AnswerOptions
-from agent.state import AgentState, Reason
+from agent.run import answer_kinds
 from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
 
 
 class Asker(Protocol):
-    """What the final-answer request needs from the loop (`agent.loop.Agent` is one)."""
+    """What the final-answer request needs from the loop (`agent.run.loop.Agent` is one)."""
 
     config: AgentConfig
     on_text: Callable[[str], None] | None

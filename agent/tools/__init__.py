@@ -1,0 +1,1 @@
+"""Tools: the registry of typed functions, MCP servers and their config, per-tool retries."""
