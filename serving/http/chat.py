@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,21 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+def wire_headers(headers: dict[str, str]) -> dict[str, str]:
+    """`headers` as HTTP can carry them: values say what a client sent (tool names, notes),
+    which may be any text, and a header is latin-1 on the wire (a non-latin-1 tool name was a
+    500): anything outside printable ASCII is escaped or blanked, each value cut to
+    `MAX_HEADER`."""
+    out = {}
+    for key, value in headers.items():
+        text = value.encode("ascii", "backslashreplace").decode("ascii")
+        out[key] = _CONTROL.sub(" ", text)[:MAX_HEADER]
+    return out
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 class ChatService:
     def __init__(
         self,
@@ -93,9 +109,14 @@ class ChatService:
         self.selection = selection or SelectionDefaults()
 
     # -- entry points ---------------------------------------------------------------------
-    async def create(self, req: ChatCompletionRequest) -> Answer:
+    async def create(self, req: ChatCompletionRequest, *, server_defaults: bool = True) -> Answer:
+        """`req` answered. `server_defaults`: a request that does not say how its tools are
+        selected gets the server's selection defaults (`serving.selection.defaults`); the
+        agent-harness front-ends (Responses, Messages) pass False: a harness offers the tools a
+        whole task needs, and ranking them by its latest message dropped the ones it called
+        next (Claude Code lost Read)."""
         headers: dict[str, str] = {}
-        req, applied = self.selection.apply(req)
+        req, applied = self.selection.apply(req) if server_defaults else (req, [])
         if applied:
             headers["x-loopstack-selection"] = "server defaults: " + ",".join(applied)
         if req.loopstack.tool_rank is not None and req.tools:

@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import InvalidRequest
 from serving.http import messages as events
+from serving.http.chat import wire_headers
 from serving.http.context_fit import clamped, fit_chat
 from serving.http.limits import check_chat
 from serving.http.messages_protocol import (
@@ -158,11 +159,11 @@ async def messages(req: MessagesRequest, request: Request) -> Response:
         headers[NOTE_HEADER] = "; ".join(notes)[:1000]
     if not chat.stream:
         async with state.admission.slot():
-            answer = await state.chat.create(chat)
+            answer = await state.chat.create(chat, server_defaults=False)
         result = answer.body
         assert isinstance(result, dict)
         message = message_from_chat(result, model=req.model, stop_sequences=req.stop_sequences)
-        return JSONResponse(message, headers={**answer.headers, **headers} or None)
+        return JSONResponse(message, headers=wire_headers({**answer.headers, **headers}) or None)
     return await _stream(state, req, chat, prompt_tokens, headers)
 
 
@@ -178,7 +179,7 @@ async def _stream(
     )
     async with contextlib.AsyncExitStack() as slot:
         await slot.enter_async_context(state.admission.slot())
-        answer = await state.chat.create(chat)
+        answer = await state.chat.create(chat, server_defaults=False)
         headers = {**answer.headers, **headers}
         result = answer.body
         if isinstance(result, dict):  # not expected for a stream: sent as one chunk
@@ -204,7 +205,7 @@ async def _stream(
         return StreamingResponse(
             body,
             media_type="text/event-stream",
-            headers={**headers, "cache-control": "no-cache"},
+            headers=wire_headers({**headers, "cache-control": "no-cache"}),
         )
     raise AssertionError("unreachable")  # pragma: no cover
 

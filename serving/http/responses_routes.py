@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from serving.exceptions import InvalidRequest, RequestError
-from serving.http.chat import Answer
+from serving.http.chat import Answer, wire_headers
 from serving.http.context_fit import clamped, fit_chat
 from serving.http.limits import check_chat
 from serving.http.responses import to_chat, whole_response
@@ -98,7 +98,7 @@ async def create_response(req: ResponsesRequest, request: Request) -> Response:
 
     async def run() -> Answer:
         fit = await fit_chat(tr.chat, state.chat, state.max_model_len)  # max_tokens lowered
-        answer = await state.chat.create(fit.request)
+        answer = await state.chat.create(fit.request, server_defaults=False)
         headers = {**answer.headers, **clamped(fit.asked, fit.given)}
         result = answer.body
         if isinstance(result, dict):
@@ -109,7 +109,7 @@ async def create_response(req: ResponsesRequest, request: Request) -> Response:
 
     reply = await _generate(state, run)
     if tr.notes:
-        reply.headers["x-loopstack-notes"] = " | ".join(tr.notes)[:1000]
+        reply.headers.update(wire_headers({"x-loopstack-notes": " | ".join(tr.notes)}))
     return reply
 
 

@@ -40,7 +40,7 @@ from serving.engine.transport import ENGINE_RETRY_AFTER_S, session_key_var
 from serving.exceptions import ModelNotFound, ServingError
 from serving.http.admission import Admission
 from serving.http.aliases import resolve_model_name
-from serving.http.chat import Answer, ChatService
+from serving.http.chat import Answer, ChatService, wire_headers
 from serving.http.codex_catalogue import codex_model_info
 from serving.http.context_fit import clamped, fit_chat, fit_completion
 from serving.http.limits import Limits, check_chat, check_completion, check_embeddings
@@ -281,12 +281,12 @@ async def _generate(state: AppState, make: Callable[[], Awaitable[Answer]]) -> R
         answer = await make()
         result, headers = answer.body, answer.headers
         if isinstance(result, dict):
-            return JSONResponse(result, headers=headers or None)
+            return JSONResponse(result, headers=wire_headers(headers) or None)
         first = await anext(result, None)  # surfaces upstream 4xx before headers go out
         return StreamingResponse(
             _stream_in_slot(first, result, slot.pop_all(), state.metrics),
             media_type="text/event-stream",
-            headers=headers or None,
+            headers=wire_headers(headers) or None,
         )
 
 

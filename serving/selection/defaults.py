@@ -57,8 +57,11 @@ class SelectionDefaults:
 
     def apply(self, req: ChatCompletionRequest) -> tuple[ChatCompletionRequest, list[str]]:
         """`req` with every selection field it leaves unsaid set to the default; the names
-        of the defaults that changed it (empty: `req` itself, unchanged)."""
-        if not req.tools:
+        of the defaults that changed it (empty: `req` itself, unchanged). Only a request that
+        leaves the choice to the model (``auto``) gets them: the floor and the rule are about
+        whether to call at all, and a ``required`` or named request must keep every tool it
+        offers (a named tool the ranking dropped was a 200 instead of the 400 it is)."""
+        if not req.tools or req.effective_tool_choice() != "auto":
             return req, []
         opts, said = req.loopstack, req.loopstack.model_fields_set
         update: dict[str, Any] = {}

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agent.observe.handoff import exit_code
 from tests.integration.conftest import API_KEY, Server
 from tests.integration.test_agent import TOOLS, check_contract
 
@@ -34,8 +35,9 @@ def run_agent(server: Server, home: Path, goal: str, *args: str) -> dict[str, An
     cmd = [sys.executable, "-m", "loopstack", "agent", "run", goal, *args]
     cmd += ["--base-url", server.base_url + "/v1", "--no-memory", "--timeout", "500", "--json"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the process exits with its status's code (0 only for done: agent.observe.handoff)
+    assert proc.returncode == exit_code(out["status"]), proc.stderr[-2000:]
     out["trace"] = [json.loads(x) for x in Path(out["trace_path"]).read_text().splitlines()]
     return out
 

@@ -104,7 +104,8 @@ def test_tool_choice_unknown_tool(client: OpenAI, server: Server) -> None:
 
 @pytest.mark.parametrize("with_tools", [False, True], ids=["plain", "tools"])
 def test_context_too_long(client: OpenAI, server: Server, with_tools: bool) -> None:
-    huge = "word " * 20000
+    served = httpx.get(server.base_url + "/v1/models", headers=AUTH).json()["data"][0]
+    huge = "word " * (int(served["max_model_len"]) + 2000)  # over the served context (32k on CPU)
     kw: dict[str, Any] = {"tools": [TOOL], "tool_choice": "required"} if with_tools else {}
     with pytest.raises(openai.BadRequestError) as exc:
         client.chat.completions.create(

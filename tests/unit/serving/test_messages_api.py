@@ -507,3 +507,15 @@ async def test_an_engine_error_before_the_first_event_is_an_http_error(harness: 
         h.engine._stream = original  # type: ignore[method-assign]
     message = assert_anthropic_error(resp, 400, "invalid_request_error")
     assert "too long" in message
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_tool_name_outside_latin_1_is_no_500(harness: Harness, stream: bool) -> None:
+    """The fuzz found it: a server tool named in Chinese (or any non-latin-1 text) is skipped
+    with a note, and the note header could not be encoded (500). Headers now carry it
+    escaped."""
+    tools = [{"name": "网页搜索\U0010b780", "type": "web_search_20250305"}]
+    resp = await post(harness, tools=tools, stream=stream)
+    assert resp.status_code == 200, resp.text
+    note = resp.headers["x-loopstack-note"]
+    assert "skipped" in note and "\\u7f51" in note and note.isascii()

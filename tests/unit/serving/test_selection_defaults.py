@@ -220,3 +220,41 @@ def test_the_shipped_defaults_are_per_model() -> None:
     assert small == SelectionDefaults(rank=True, top_k=5, min_score=0.3, abstain=True)
     assert selection_defaults("qwen2.5-coder-1.5b-instruct") == SelectionDefaults()
     assert selection_defaults("qwen2.5-coder-0.5b-instruct", rank=False).rank is False
+
+
+@pytest.mark.parametrize(
+    "choice",
+    ["required", {"type": "function", "function": {"name": "add"}}, "none"],
+    ids=["required", "named", "none"],
+)
+def test_only_auto_requests_get_the_defaults(choice: Any) -> None:
+    """A required or named request keeps every tool it offers: the ranking's floor once
+    dropped the one tool a named choice pointed at (a 200 where a 400 was due)."""
+    req = _req().model_copy(update={"tool_choice": choice})
+    req = ChatCompletionRequest.model_validate(req.model_dump(exclude_none=True))
+    assert ON.apply(req) == (req, [])
+    assert ON.apply(_req())[1] == ["tool_rank", "abstain", "decide"]
+
+
+async def test_the_harness_front_ends_keep_every_tool(guidance: Harness) -> None:
+    """/v1/messages and /v1/responses get no server selection defaults: a harness (Claude
+    Code, Codex) offers what the whole task needs, and ranking by its latest message dropped
+    the Read it was about to call."""
+    h = guidance
+    h.chat.selection = SelectionDefaults(rank=True, top_k=1, abstain=True)
+    h.engine.constrained = ["It is sunny."]
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    msg = {"model": "test-model", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}],
+           "tools": [{"name": "Read", "input_schema": schema},
+                     {"name": "Bash", "input_schema": schema}]}  # fmt: skip
+    resp = await h.client.post("/v1/messages", json=msg)
+    assert resp.status_code == 200, resp.text
+    assert "x-loopstack-selection" not in resp.headers
+    prompt = h.engine.requests[-1][1]["prompt"]
+    assert '"Read"' in prompt and '"Bash"' in prompt and ABSTAIN_RULE not in prompt
+    fn = [{"type": "function", "name": n, "parameters": schema} for n in ("Read", "Bash")]
+    resp = await h.client.post("/v1/responses", json={"model": "test-model", "input": "hi", "tools": fn})
+    assert resp.status_code == 200, resp.text
+    assert "x-loopstack-selection" not in resp.headers
+    prompt = h.engine.requests[-1][1]["prompt"]
+    assert '"Read"' in prompt and '"Bash"' in prompt and ABSTAIN_RULE not in prompt
