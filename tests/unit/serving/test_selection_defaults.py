@@ -253,7 +253,9 @@ async def test_the_harness_front_ends_keep_every_tool(guidance: Harness) -> None
     prompt = h.engine.requests[-1][1]["prompt"]
     assert '"Read"' in prompt and '"Bash"' in prompt and ABSTAIN_RULE not in prompt
     fn = [{"type": "function", "name": n, "parameters": schema} for n in ("Read", "Bash")]
-    resp = await h.client.post("/v1/responses", json={"model": "test-model", "input": "hi", "tools": fn})
+    resp = await h.client.post(
+        "/v1/responses", json={"model": "test-model", "input": "hi", "tools": fn}
+    )
     assert resp.status_code == 200, resp.text
     assert "x-loopstack-selection" not in resp.headers
     prompt = h.engine.requests[-1][1]["prompt"]
