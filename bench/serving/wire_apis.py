@@ -123,7 +123,7 @@ def messages_body(kwargs: JSON) -> JSON:
     if name:
         tool_choice: JSON = {"type": "tool", "name": name}
     else:
-        tool_choice = {"type": {"required": "any", "auto": "auto", "none": "none"}[choice]}
+        tool_choice = {"type": {"required": "any", "auto": "auto", "none": "none"}[str(choice)]}
     system = [m["content"] for m in kwargs["messages"] if m["role"] == "system"]
     body: JSON = {
         "model": kwargs["model"],
