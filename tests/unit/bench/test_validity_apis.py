@@ -276,24 +276,31 @@ async def test_runs_through_the_real_server(
     monkeypatch: pytest.MonkeyPatch, corpus_file: Path, tmp_path: Path
 ) -> None:
     """The translated bodies go through our own router and chat service (scripted engine):
-    200s with one valid call per API and mode, read back from each API's own shape."""
+    200s with one valid call per API and mode under the constraint, read back from each
+    API's own shape; the unconstrained arm (chat, responses: the switch reaches the server)
+    returns the engine's raw out-of-range call, counted invalid."""
     from tests.unit.serving.serving_fakes import Harness
     from tests.unit.serving.serving_helpers import call
 
     h = Harness()
     h.engine.constrained = [call("weather", {"city": "Oslo", "days": 3})]
+    h.engine.free = [
+        "<tool_call>\n" + call("weather", {"city": "Oslo", "days": 30}) + "\n</tool_call>"
+    ]
     _route(monkeypatch, httpx.ASGITransport(app=h.app))
     out = tmp_path / "tv.json"
     argv = ["--corpus", str(corpus_file), "--out", str(out), "--progress", "0"]
-    argv += ["--base-url", "http://loopstack.test/v1", "--arms", "constrained"]
+    argv += ["--base-url", "http://loopstack.test/v1", "--arms", "constrained,unconstrained"]
     argv += ["--modes", "required,named", "--api", "chat,responses,messages"]
     args = tool_validity.parse_args(argv)
     assert await tool_validity.run(args) == 0
     await h.client.aclose()
     records = json.loads(out.read_text())["records"]
-    assert len(records) == 6
-    bad = [r for r in records if r["status"] != "ok" or not r.get("valid")]
-    assert not bad, bad
-    assert {r["name"] for r in records} == {"weather"}
-    assert sorted(r["api"] for r in records) == ["chat"] * 2 + ["messages"] * 2 + ["responses"] * 2
-    assert all(r["completion_tokens"] > 0 for r in records)
+    assert len(records) == 10  # messages has no unconstrained arm
+    assert all(r["status"] == "ok" and r["name"] == "weather" for r in records), records
+    con = [r for r in records if r["arm"] == "constrained"]
+    assert sorted(r["api"] for r in con) == ["chat"] * 2 + ["messages"] * 2 + ["responses"] * 2
+    assert all(r["valid"] and r["completion_tokens"] > 0 for r in con)
+    unc = [r for r in records if r["arm"] == "unconstrained"]
+    assert sorted(r["api"] for r in unc) == ["chat"] * 2 + ["responses"] * 2
+    assert all(not r["valid"] and "days" in r["error"] for r in unc)
