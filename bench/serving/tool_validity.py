@@ -7,6 +7,10 @@ once as is (constrained: our server's default) and once with
 The first tool call of each answer is parsed and validated against the named tool's
 ``parameters`` with jsonschema.
 
+``--api chat,responses,messages`` sends each request through ``/v1/chat/completions``,
+``/v1/responses`` and ``/v1/messages`` (translations in ``wire_apis``); the Messages API has
+no field for the switch, so it runs the constrained arm only.
+
     loopstack bench serving validity --limit 40 --out results/tool_validity.json
 """
 
@@ -21,6 +25,8 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from bench.common import (
     CORPUS_PATH,
@@ -42,6 +48,8 @@ from bench.common import (
     tools_for,
     write_json,
 )
+from bench.serving import wire_apis
+from bench.serving.wire_apis import Api, WireError
 
 MODES = ("required", "named", "auto")
 
@@ -74,10 +82,22 @@ def request_kwargs(
     return kwargs
 
 
+def arm_label(api: str, arm: str) -> str:
+    """The summary's arm key: ``constrained`` for chat, ``responses/constrained`` else."""
+    return arm if api == "chat" else f"{api}/{arm}"
+
+
 def evaluate_response(
-    entry: JSON, mode: str, arm: str, message: Any, finish_reason: str | None, schemas: dict
+    entry: JSON,
+    mode: str,
+    arm: str,
+    message: Any,
+    finish_reason: str | None,
+    schemas: dict,
+    api: Api = "chat",
 ) -> JSON:
-    """Turn one chat answer into a record (pure: ``message`` is a dict or SDK object)."""
+    """Turn one answer (read back into the chat shape) into a record (pure: ``message``
+    is a dict or SDK object)."""
     msg = message if isinstance(message, dict) else message.model_dump()
     expected = entry["tool"]["function"]["name"]
     raw_calls = msg.get("tool_calls") or []
@@ -86,6 +106,7 @@ def evaluate_response(
         "id": entry["id"],
         "mode": mode,
         "arm": arm,
+        "api": api,
         "status": "ok",
         "finish_reason": finish_reason,
         "n_calls": len(calls),
@@ -116,7 +137,7 @@ def summarize(records: list[JSON]) -> JSON:
     """Per mode and arm: counts and rates (see module doc)."""
     groups: dict[tuple[str, str], list[JSON]] = defaultdict(list)
     for r in records:
-        groups[(r["mode"], r["arm"])].append(r)
+        groups[(r["mode"], arm_label(r.get("api", "chat"), r["arm"]))].append(r)
     out: JSON = {}
     for (mode, arm), recs in sorted(groups.items()):
         ok = [r for r in recs if r["status"] == "ok"]
@@ -124,6 +145,7 @@ def summarize(records: list[JSON]) -> JSON:
         valid = [r for r in called if r.get("valid")]
         errors = Counter(r["error"] for r in recs if r["status"] != "ok")
         out.setdefault(mode, {})[arm] = {
+            "api": recs[0].get("api", "chat"),
             "prompts": len(recs),
             "http_errors": sum(r["status"] == "http_error" for r in recs),
             "transport_errors": sum(r["status"] == "transport_error" for r in recs),
@@ -202,14 +224,29 @@ async def run(args: argparse.Namespace) -> int:
     for m in modes:
         if m not in MODES:
             raise SystemExit(f"unknown mode {m!r}")
+    apis = wire_apis.parse_apis(args.api)
+    combos = [(api, arm) for api in apis for arm in arms if wire_apis.arm_supported(api, arm)]
+    for api, arm in [(api, arm) for api in apis for arm in arms]:
+        if (api, arm) not in combos:
+            print(f"skipped: {api}/{arm} (the API has no field for the switch)", file=sys.stderr)
     if (connected := await connect(args.base_url, args.api_key, args.timeout, args.model)) is None:
         return 2
     client, model = connected
+    http = wire_apis.make_http(args.base_url, args.api_key, args.timeout)
     sem = asyncio.Semaphore(args.concurrency)
     done = 0
-    total = len(entries) * len(modes) * len(arms)
+    total = len(entries) * len(modes) * len(combos)
 
-    async def one(entry: JSON, mode: str, arm: str) -> JSON:
+    async def ask(api: Api, kwargs: JSON) -> tuple[Any, str | None, int | None]:
+        """(message, finish_reason, completion_tokens) through one API."""
+        if api != "chat":
+            answer = await wire_apis.send(http, api, kwargs)
+            return answer.message, answer.finish_reason, answer.completion_tokens
+        resp = await client.chat.completions.create(**kwargs)
+        tokens = resp.usage.completion_tokens if resp.usage is not None else None
+        return resp.choices[0].message, resp.choices[0].finish_reason, tokens
+
+    async def one(entry: JSON, mode: str, api: Api, arm: str) -> JSON:
         nonlocal done
         kwargs = request_kwargs(
             entry, mode, arm, index, model, args.max_tokens, args.temperature, args.seed
@@ -217,17 +254,15 @@ async def run(args: argparse.Namespace) -> int:
         async with sem:
             t0 = time.perf_counter()
             try:
-                resp = await client.chat.completions.create(**kwargs)
-                choice = resp.choices[0]
-                rec = evaluate_response(
-                    entry, mode, arm, choice.message, choice.finish_reason, schemas
-                )
-                if resp.usage is not None:
-                    rec["completion_tokens"] = resp.usage.completion_tokens
+                message, finish_reason, tokens = await ask(api, kwargs)
+                rec = evaluate_response(entry, mode, arm, message, finish_reason, schemas, api)
+                if tokens is not None:
+                    rec["completion_tokens"] = tokens
             except Exception as exc:
-                status = "transport_error" if is_transport_error(exc) else "http_error"
-                rec = {"id": entry["id"], "mode": mode, "arm": arm, "status": status}
-                rec["error"] = error_text(exc)
+                transport = is_transport_error(exc) or isinstance(exc, httpx.TransportError)
+                status = "transport_error" if transport else "http_error"
+                rec = {"id": entry["id"], "mode": mode, "arm": arm, "api": api, "status": status}
+                rec["error"] = str(exc)[:300] if isinstance(exc, WireError) else error_text(exc)
             rec["latency_s"] = round(time.perf_counter() - t0, 3)
         done += 1
         if args.progress and done % args.progress == 0:
@@ -239,16 +274,22 @@ async def run(args: argparse.Namespace) -> int:
     jobs: list[Awaitable[JSON]] = []
     for i, entry in enumerate(entries):
         for mode in modes:
-            order = arms if i % 2 == 0 else list(reversed(arms))
-            jobs.extend(one(entry, mode, arm) for arm in order)
+            order = combos if i % 2 == 0 else list(reversed(combos))
+            jobs.extend(one(entry, mode, api, arm) for api, arm in order)
     t0 = time.perf_counter()
-    records = await asyncio.gather(*jobs)
+    try:
+        records = await asyncio.gather(*jobs)
+    finally:
+        await http.aclose()
     elapsed = time.perf_counter() - t0
     summary = summarize(list(records))
-    print(f"model={model} base_url={args.base_url} prompts={len(entries)} in {elapsed:.0f}s")
+    print(
+        f"model={model} base_url={args.base_url} apis={','.join(apis)} "
+        f"prompts={len(entries)} in {elapsed:.0f}s"
+    )
     print_summary(summary)
     transport = sum(r["status"] == "transport_error" for r in records)
-    extra = {"model": model, "elapsed_s": round(elapsed, 1)}
+    extra = {"model": model, "apis": list(apis), "elapsed_s": round(elapsed, 1)}
     results = {"summary": summary, "records": records}
     return finish(args, "tool_validity", extra, results, transport)
 
@@ -268,6 +309,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ids", help="file of entry ids (whitespace-separated): only these")
     ap.add_argument("--modes", default="required,named,auto")
     ap.add_argument("--arms", default="constrained,unconstrained")
+    ap.add_argument(
+        "--api", default="chat",
+        help="chat, responses, messages, or a comma list: the wire API(s) each request goes "
+        "through (messages: constrained arm only)",
+    )  # fmt: skip
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--temperature", type=float, default=0.0)
@@ -283,11 +329,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def merge(paths: list[str], out: str | None) -> int:
     """Records of the first file, each replaced by a later file's record for the same
-    (entry, mode, arm): how a re-run (``--ids``) of lost requests completes a run."""
-    merged: dict[tuple[str, str, str], JSON] = {}
+    (entry, mode, arm, api): how a re-run (``--ids``) of lost requests completes a run."""
+    merged: dict[tuple[str, str, str, str], JSON] = {}
     for path in paths:
         for r in json.loads(Path(path).read_text())["records"]:
-            key = (r["id"], r["mode"], r["arm"])
+            key = (r["id"], r["mode"], r["arm"], r.get("api", "chat"))
             if key in merged or path == paths[0]:
                 merged[key] = r
     records = list(merged.values())
