@@ -215,7 +215,10 @@ async def test_a_decided_turn_answers_as_an_ordinary_response(
     assert DECIDE_RULE not in sent["prompt"]
 
 
-def test_the_shipped_defaults_are_per_model() -> None:
+def test_the_shipped_defaults_are_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # nothing is shipped today (the README's agent example regressed with the 0.5B's set)
+    assert selection_defaults("qwen2.5-coder-0.5b-instruct") == SelectionDefaults()
+    monkeypatch.setitem(sd.SHIPPED, "qwen2.5-coder-0.5b-instruct", sd.MEASURED_0_5B)
     small = selection_defaults("qwen2.5-coder-0.5b-instruct")
     assert small == SelectionDefaults(rank=True, top_k=5, min_score=0.3, abstain=True)
     assert selection_defaults("qwen2.5-coder-1.5b-instruct") == SelectionDefaults()
