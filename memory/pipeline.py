@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
-from memory import language
+import memory.language as language
 from memory.config import MemorySettings
 from memory.records import SOURCE_PRIOR, Candidate, MemoryType, Record
 from memory.trust import provenance, provenance_label, trust
