@@ -18,10 +18,7 @@ checks that every other column agrees (name, order, type through the dialect, nu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from memory.ledger.common import Dialect
+from typing import Literal, Protocol
 
 __all__ = [
     "EVENTS",
@@ -39,6 +36,19 @@ __all__ = [
 
 ColumnType = Literal["text", "int", "bigint", "real", "blob", "bool", "tsvector"]
 DialectName = Literal["sqlite", "postgres"]
+
+
+class Dialect(Protocol):
+    """What rendering needs of a database's dialect (`memory.ledger.common.Dialect` is one):
+    its name and its name for each column type. Declared here so the schema imports nothing
+    of the ledger code that renders it."""
+
+    @property
+    def name(self) -> DialectName: ...
+
+    def type_of(self, kind: ColumnType) -> str: ...
+
+
 _BOTH: tuple[DialectName, ...] = ("sqlite", "postgres")
 
 
