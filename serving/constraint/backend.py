@@ -38,12 +38,13 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from serving.config import BackendName
+from serving.constraint.client_constraints import ClientKind, ClientRule
 from serving.constraint.decision import hide_decision
 from serving.constraint.no_repeat import without_answered
-from serving.constraint.resolve import TurnRequest, admit, pass_through
+from serving.constraint.resolve import Backend, TurnRequest, admit, pass_through
 from serving.constraint.sandbox import CompilePool
 from serving.constraint.schemas import CompiledSchema, SchemaCache, schema_key
 from serving.constraint.turn import Event, Ready, ToolMode, ToolPlan, grammar_turn
@@ -53,7 +54,6 @@ from serving.exceptions import InvalidRequest, constrained_generation
 
 logger = logging.getLogger(__name__)
 
-ClientKind = Literal["json", "regex"]  # a client's choice list arrives as its regex
 # What a grammar backend's sandbox compiles: (format, text), e.g. ("grammar", <lark>).
 Payload = tuple[str, str]
 
@@ -72,25 +72,10 @@ class TurnSpec:
         return json.dumps(parts, sort_keys=True, default=str)
 
 
-@dataclass(frozen=True)
-class ClientRule:
-    """A client constraint as the engine will get it, and the schema its output must meet
-    (a JSON schema's; None for a regex)."""
+class ConstraintBackend(Backend, Protocol):
+    """What the chat front-end and the shared steps ask of a backend (module docstring): the
+    resolving part (`serving.constraint.resolve.Backend`), and its lifecycle."""
 
-    structured_outputs: dict[str, Any]
-    schema: CompiledSchema | None = None
-
-
-class ConstraintBackend(Protocol):
-    """What the chat front-end and the shared steps ask of a backend (module docstring)."""
-
-    name: BackendName
-
-    def resolve(self, request: TurnRequest, transport: Transport) -> AsyncIterator[Event]: ...
-    async def tool_schema(
-        self, schema: Any, *, what: str, enforced: bool = True
-    ) -> CompiledSchema: ...
-    async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule: ...
     def warm(self) -> None: ...
     def close(self) -> None: ...
 

@@ -22,14 +22,29 @@ which compiles it first in its sandbox, as it does a turn's constraint:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from serving.constraint.patterns import regex_literal, require_regex_text
 from serving.constraint.schemas import CompiledSchema
 from serving.exceptions import InvalidRequest
 
-if TYPE_CHECKING:
-    from serving.constraint.backend import ConstraintBackend
+ClientKind = Literal["json", "regex"]  # a client's choice list arrives as its regex
+
+
+@dataclass(frozen=True)
+class ClientRule:
+    """A client constraint as the engine will get it, and the schema its output must meet
+    (a JSON schema's; None for a regex)."""
+
+    structured_outputs: dict[str, Any]
+    schema: CompiledSchema | None = None
+
+
+class ClientAdmitter(Protocol):
+    """The part of a constraint backend this module needs: a client constraint admitted."""
+
+    async def client(self, kind: ClientKind, value: Any, *, what: str) -> ClientRule: ...
+
 
 LEGACY = ("guided_regex", "guided_json", "guided_choice", "guided_grammar")
 REFUSED_TOP = ("guided_whitespace_pattern", "guided_decoding_backend", "structural_tag")
@@ -108,7 +123,7 @@ def choice_regex(choices: Any, param: str) -> str:
 
 
 async def admit_constraints(
-    body: dict[str, Any], backend: ConstraintBackend, *, constrained: bool = True
+    body: dict[str, Any], backend: ClientAdmitter, *, constrained: bool = True
 ) -> Admitted:
     """Check the client's constraint in `body` (a chat or completions request body) and
     return the body to send: the constraint as the backend enforces it (or ``json_object``),

@@ -28,8 +28,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from serving.constraint.backend import BackendName, ClientKind, ClientRule
+from serving.constraint.backend import BackendName
 from serving.constraint.calltext import CallEvent, CallReader, ParsedCall
+from serving.constraint.client_constraints import ClientKind, ClientRule
 from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_OPEN, call_head
 from serving.constraint.regexes import RegexSchemas
 from serving.constraint.resolve import TurnRequest, admit, pass_through

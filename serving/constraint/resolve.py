@@ -1,7 +1,7 @@
 """What every backend's `resolve(request, transport) -> events` is made of, and the two
 backends that constrain nothing of their own.
 
-`resolve` is the one entry of a constraint backend (`ConstraintBackend.resolve`): given the
+`resolve` is the one entry of a constraint backend (`Backend.resolve`): given the
 chat request (`TurnRequest`) and the transport to the engine it yields the reply as events
 (`serving.constraint.turn.Event`), owning every step between:
 
@@ -32,9 +32,14 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from serving.constraint.client_constraints import admit_constraints, client_constraint
+from serving.config import BackendName
+from serving.constraint.client_constraints import (
+    ClientAdmitter,
+    admit_constraints,
+    client_constraint,
+)
 from serving.constraint.decision import DECIDE_RULE
 from serving.constraint.no_repeat import executed_calls
 from serving.constraint.schema_limits import repair_schema
@@ -56,10 +61,21 @@ from serving.engine.transport import Transport, collect, relay
 from serving.exceptions import InvalidRequest
 from serving.protocol import ChatCompletionRequest, NamedToolChoice
 
-if TYPE_CHECKING:
-    from serving.constraint.backend import ConstraintBackend
-
 logger = logging.getLogger(__name__)
+
+
+class Backend(ClientAdmitter, Protocol):
+    """What resolving a request asks of a constraint backend (`serving.constraint.backend.
+    ConstraintBackend` adds its lifecycle): its name, a tool schema admitted, a client
+    constraint admitted, the whole request resolved."""
+
+    name: BackendName
+
+    def resolve(self, request: TurnRequest, transport: Transport) -> AsyncIterator[Event]: ...
+    async def tool_schema(
+        self, schema: Any, *, what: str, enforced: bool = True
+    ) -> CompiledSchema: ...
+
 
 CHAT_PATH = "/v1/chat/completions"
 _SAMPLING_KEYS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
@@ -107,7 +123,7 @@ class Admitted:
     headers: tuple[Header, ...] = ()
 
 
-async def admit(backend: ConstraintBackend, request: TurnRequest) -> Admitted:
+async def admit(backend: Backend, request: TurnRequest) -> Admitted:
     """Steps 1 and 2: the tools admitted, the request checked, the plan made."""
     compiled, headers = await admit_tools(backend, request)
     req = request.chat
@@ -120,7 +136,7 @@ async def admit(backend: ConstraintBackend, request: TurnRequest) -> Admitted:
 
 
 async def admit_tools(
-    backend: ConstraintBackend, request: TurnRequest
+    backend: Backend, request: TurnRequest
 ) -> tuple[dict[str, CompiledSchema], tuple[Header, ...]]:
     compiled: dict[str, CompiledSchema] = {}
     repaired = []
@@ -222,7 +238,7 @@ class Baseline:
     """``loopstack.constrained: false``: the configured backend's admission (validated,
     never enforced), no constraint, calls read leniently from the text."""
 
-    def __init__(self, backend: ConstraintBackend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
     async def resolve(self, request: TurnRequest, transport: Transport) -> AsyncIterator[Event]:
@@ -242,7 +258,7 @@ class Resolver:
     """Which backend resolves a request: the configured one (`backend`), or the baseline
     when the request asks for no constraint."""
 
-    def __init__(self, backend: ConstraintBackend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.baseline = Baseline(backend)
 
@@ -259,7 +275,7 @@ class Resolver:
 
 # -- passed through ---------------------------------------------------------------------------
 async def pass_through(
-    backend: ConstraintBackend, request: TurnRequest, transport: Transport
+    backend: Backend, request: TurnRequest, transport: Transport
 ) -> AsyncIterator[Event]:
     """A chat request the engine answers as it is: its client constraint admitted by
     `backend` (or refused) - unconstrained (the baseline): none is sent; a whole answer
@@ -293,7 +309,7 @@ async def pass_through(
 
 
 async def pass_completion(
-    backend: ConstraintBackend, body: dict[str, Any], transport: Transport
+    backend: Backend, body: dict[str, Any], transport: Transport
 ) -> dict[str, Any] | AsyncIterator[bytes]:
     """A /v1/completions body, its client constraint admitted (or InvalidRequest), relayed."""
     send = (await admit_constraints(body, backend)).body
