@@ -10,6 +10,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from tests.import_cycles import cycles
+
 SERVING = Path(__file__).resolve().parents[3] / "serving"
 LEAVES = {"serving.config", "serving.exceptions", "serving.metrics", "serving.protocol"}
 
@@ -47,23 +49,7 @@ def _imports() -> dict[str, set[str]]:
 
 
 def test_no_module_imports_in_a_circle() -> None:
-    graph = _imports()
-    state: dict[str, int] = {}
-    cycles: list[list[str]] = []
-
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for nxt in sorted(graph.get(module, ())):
-            if state.get(nxt) == 1:
-                cycles.append([*path[path.index(nxt) :], nxt])
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[module] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
-    assert cycles == []
+    assert cycles(_imports()) == []
 
 
 def test_imports_only_run_down_the_layers() -> None:
