@@ -17,29 +17,20 @@ from serving.http import messages as messages_events
 from serving.http import messages_routes
 from serving.http.messages_protocol import message_from_chat
 from tests.unit.serving.serving_fakes import MODEL, Harness
+from tests.unit.serving.serving_helpers import ADD as CHAT_ADD
 from tests.unit.serving.serving_helpers import PARIS, call
+from tests.unit.serving.serving_helpers import WEATHER as CHAT_WEATHER
 
-WEATHER = {
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string"},
-            "days": {"type": "integer", "minimum": 1, "maximum": 7},
-        },
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
-ADD = {
-    "name": "add",
-    "input_schema": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-}
+
+def _anthropic(tool: dict[str, Any]) -> dict[str, Any]:
+    """A chat helper's tool as the Messages API declares it (``input_schema``)."""
+    fn = tool["function"]
+    out = {"name": fn["name"], "input_schema": fn["parameters"]}
+    return {**out, "description": fn["description"]} if "description" in fn else out
+
+
+WEATHER = _anthropic(CHAT_WEATHER)
+ADD = _anthropic(CHAT_ADD)
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 BILLING = "x-anthropic-billing-header: cc_version=2.1.197.abc; cc_entrypoint=sdk-cli; cch={};"
 
