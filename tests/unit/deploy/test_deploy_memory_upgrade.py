@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import pytest
 from bench.memory.local_postgres import pg_bindir
 from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 from memory.ledger.postgres import PostgresLedger
+from tests.ports import free_port
 from tests.unit.deploy.conftest import DEPLOY, ROOT, Doc, by_kind
 
 DOC = ROOT / "docs/deploy.md"
@@ -140,12 +140,6 @@ class Volume:
         ]
         out = subprocess.run(argv, env={**clean_env(), **env}, capture_output=True, text=True)
         assert out.returncode == 0, out.stdout + out.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def clean_env() -> dict[str, str]:

@@ -314,5 +314,6 @@ async def test_many_tools_compile_off_the_loop() -> None:
     elapsed = time.perf_counter() - started
     assert outcome == 1000
     # Compiled on the loop, the whole batch (over a second) was one stall: lag == elapsed.
-    # Relative, so a loaded machine slowing both does not fail it.
-    assert lag < max(0.3, elapsed / 4), (lag, elapsed)
+    # Relative, so a loaded machine slowing both does not fail it; half, because on a 2-core
+    # box busy with `make test`'s installs one scheduling hiccup was 0.44 s of 1.2 s (CI).
+    assert lag < max(0.5, elapsed / 2), (lag, elapsed)
