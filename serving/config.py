@@ -27,6 +27,10 @@ NO_THINKING = {"enable_thinking": False}
 
 
 CpuDtype = Literal["auto", "bfloat16", "float32"]
+# How vLLM-CPU lays out its engine (serving.engine.hardware.cpu_executor): "uni", the model's
+# worker inside the engine-core process (no busy-wait between them), or "mp", vLLM-CPU's own
+# (a worker process bound to its cores; the engine core spins on their shared-memory queue).
+CpuExecutor = Literal["auto", "uni", "mp"]
 # How tool calls (and client constraints) are constrained: `serving.constraint`.
 BackendName = Literal["xgrammar", "guidance", "outlines"]
 DEFAULT_BACKEND: BackendName = "guidance"
@@ -79,6 +83,21 @@ class ServerSettings(BaseSettings):
         default="auto",
         description="vLLM-CPU weights dtype. auto: bfloat16 where the CPU computes it natively "
         "(AVX512-BF16 or AMX), else float32 (bf16 emulated on AVX2 prefills ~5x slower).",
+    )
+    cpu_executor: CpuExecutor = Field(
+        default="auto",
+        description="vLLM-CPU's engine layout. uni: the worker inside the engine-core process, "
+        "computing on LOOPSTACK_CPU_THREADS threads (on a 2-core box: 1.56x the steps/s at 16 "
+        "agents and 0.78x the step latency at one, docs/benchmarks.md); mp: vLLM-CPU's own, a "
+        "worker process on the cores it binds (VLLM_CPU_OMP_THREADS_BIND) while the engine core "
+        "busy-waits on it, a core's worth of CPU under load. auto: uni on boxes of up to 4 "
+        "cores (measured on 2), mp above (not measured there).",
+    )
+    cpu_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="uni: the engine's compute threads (OMP_NUM_THREADS). Default: every core "
+        "this process may run on.",
     )
     tensor_parallel_size: int | None = None
     gpu_memory_utilization: float = 0.90

