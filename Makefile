@@ -146,7 +146,7 @@ BENCH_URL ?= http://127.0.0.1:8000/v1
 BENCH_KEY ?= $(or $(LOOPSTACK_API_KEY),EMPTY)
 bench: install
 	$(BIN)/loopstack bench agents --base-url $(BENCH_URL) --api-key $(BENCH_KEY) \
-	  --agents 1,4,8,12,16 --tasks-per-agent 3 --prewarm --holdout 8,12 --max-level-s 600 \
+	  --agents 1,4,8,12,16 --tasks-per-agent 3 --prewarm --holdout 12,16 --max-level-s 600 \
 	  --out bench/results/agents
 
 bench-serving: install
