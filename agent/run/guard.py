@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
+from agent.core.state import Observation, Reason
 from agent.tools.registry import in_daemon_thread, loads_arguments
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "call_signature",
     "deny_all",
     "distinctive_values",
+    "error_type",
+    "repeat_reason",
     "suspicious_call",
     "terminal_approver",
 ]
@@ -262,3 +265,23 @@ def repeated_call_error(status: str, step: int) -> dict[str, Any]:
         "type": "repeated_call",
         "message": f"not run again: identical to the call at step {step}; {hint}",
     }
+
+
+def repeat_reason(calls: list[dict[str, Any]], seen: dict[str, Observation]) -> Reason:
+    """Why a run of repeats ends: ``not_allowed`` / ``denied`` when every repeated call was
+    one the host refuses (the run is ``refused``, not ``done``), else ``repeated_call``."""
+    kinds = {error_type(seen[call_sig(c)]) for c in calls if call_sig(c) in seen}
+    if kinds == {"not_allowed"}:
+        return "not_allowed"
+    if kinds and kinds <= {"not_allowed", "denied"}:
+        return "denied"
+    return "repeated_call"
+
+
+def error_type(obs: Observation) -> str | None:
+    if obs.status != "error":
+        return None
+    try:
+        return str((json.loads(obs.content).get("error") or {}).get("type"))
+    except (json.JSONDecodeError, AttributeError):
+        return None

@@ -76,6 +76,7 @@ from agent.run.guard import (
     ask,
     call_sig,
     call_signature,
+    repeat_reason,
     repeated_call_error,
     suspicious_call,
 )
@@ -236,7 +237,7 @@ class Agent:
             fresh = [c for c in calls if call_sig(c) not in seen]
             if not fresh:  # the same call again: not run; a hint first, then the forced answer
                 if repeats >= self.config.limits.repeat_nudges:
-                    yield await self._finish(state, _repeat_reason(calls, seen))
+                    yield await self._finish(state, repeat_reason(calls, seen))
                     break
                 repeats += 1  # once: not run, answered with a hint to use it or move on
             state.messages.append(message)
@@ -583,26 +584,6 @@ class Agent:
 
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-def _repeat_reason(calls: list[dict[str, Any]], seen: dict[str, Observation]) -> Reason:
-    """Why a run of repeats ends: ``not_allowed`` / ``denied`` when every repeated call was
-    one the host refuses (the run is ``refused``, not ``done``), else ``repeated_call``."""
-    kinds = {_error_type(seen[call_sig(c)]) for c in calls if call_sig(c) in seen}
-    if kinds == {"not_allowed"}:
-        return "not_allowed"
-    if kinds and kinds <= {"not_allowed", "denied"}:
-        return "denied"
-    return "repeated_call"
-
-
-def _error_type(obs: Observation) -> str | None:
-    if obs.status != "error":
-        return None
-    try:
-        return str((json.loads(obs.content).get("error") or {}).get("type"))
-    except (json.JSONDecodeError, AttributeError):
-        return None
 
 
 def _model_error(exc: openai.APIError) -> AgentError:
