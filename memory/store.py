@@ -36,15 +36,14 @@ from memory.exceptions import (
     IndexMismatchError,
     ModelError,
     NotFoundError,
-    RedactedError,
     RejectedError,
     ScopeError,
 )
 from memory.execution import execute
+from memory.forgetting import decay_now, decay_schedule, forget_chain, matching_ids
 from memory.index import ShardedIndex
-from memory.language import covers
 from memory.ledger.backend import LedgerBackend, is_url, open_ledger, url_key
-from memory.ledger.common import FORGOTTEN, NewRecord
+from memory.ledger.common import NewRecord
 from memory.llm import ModelClient
 from memory.reader import RecallMode, RecallReader
 from memory.records import (
@@ -60,8 +59,8 @@ from memory.records import (
 )
 from memory.replica import IndexReplica
 from memory.trust import USER_CONFIRMED
-from memory.writeback import fingerprint, only_redactions, plan_turn, redact, redact_turn
-from memory.writer import OnConflict, RecordWriter
+from memory.writeback import plan_turn, redact, redact_turn
+from memory.writer import OnConflict, RecordWriter, new_records, storable_texts
 
 __all__ = ["AsyncMemoryStore", "OnConflict", "RecallMode"]
 
@@ -202,26 +201,8 @@ class AsyncMemoryStore:
             self._decay_if_due(time.time())
 
     def _decay_if_due(self, now: float) -> None:
-        """The decay schedule: on open and after a write-back, run decay when the last run
-        (``decayed_at`` in the ledger's meta, shared by every server of a Postgres ledger)
-        is ``decay_every_hours`` old. A store that never ran one starts its clock
-        (``decay_clock``) instead: a new store has nothing to decay."""
-        every = self.settings.decay_every_hours * 3600.0
-        if every <= 0:
-            return
-        ledger = self.ledger
-        self._next_decay = now + every  # retried no sooner than this, whatever happens below
-        try:
-            last = ledger.get_meta("decayed_at") or ledger.get_meta("decay_clock")
-            if last is None:
-                ledger.set_meta("decay_clock", repr(now))
-            elif now - float(last) >= every:
-                out = self._decay_sync(now)
-                logger.info("memory decay (scheduled): %s", out)
-            else:
-                self._next_decay = float(last) + every
-        except Exception as exc:  # decay is upkeep: it never fails an open or a write-back
-            logger.warning("scheduled memory decay failed: %s", exc)
+        """On open and after a write-back: decay when due (``memory.forgetting``)."""
+        self._next_decay = decay_schedule(self.ledger, self.settings, now, self._decay_sync)
 
     async def close(self) -> None:
         async with self._write_lock:
@@ -313,34 +294,15 @@ class AsyncMemoryStore:
         """
         scope = Scope(user_id, agent_id, session_id)
         mtype, msource = MemoryType(type), MemorySource(source)
-        clean: list[str] = []
-        for text in texts:
-            red, kinds = redact(text.strip())
-            if not red or (kinds and only_redactions(red)):
-                raise RedactedError("nothing left to store after removing secrets")
-            clean.append(red)
+        clean = storable_texts(texts)
         if created_at is not None and len(created_at) != len(clean):
             raise ValueError("created_at needs one timestamp per text")
         await self.open()
         vecs = vectors if vectors is not None else await self.embedder.embed(clean)
-        now = time.time()
         base_weight = self.settings.default_weight if weight is None else weight
-        proofs = [redact(e)[0] for e in evidence or []]
-        items = [
-            NewRecord(
-                scope=scope,
-                text=t,
-                type=mtype,
-                source=msource,
-                confidence=confidence,
-                weight=base_weight,
-                evidence=list(proofs),
-                fingerprint=fingerprint(t),
-                created_at=created_at[i] if created_at is not None else now,
-                mentions=mentions,
-            )
-            for i, t in enumerate(clean)
-        ]
+        items = new_records(
+            clean, scope, mtype, msource, confidence, base_weight, evidence, created_at, mentions
+        )
         vec_arr = np.asarray(vecs, dtype=np.float32)
         if self._write_lock.locked() and _WRITE_BACK_OWNER.get() is self:
             return await self._write(items, vec_arr, check_conflicts, supersedes, on_conflict)
@@ -403,18 +365,7 @@ class AsyncMemoryStore:
             return await asyncio.to_thread(self._forget_sync, record_id, user_id)
 
     def _forget_sync(self, record_id: str, user_id: str) -> list[str]:
-        with self.ledger.write() as tx:
-            tx.lock_scope(user_id)
-            rec = tx.get(record_id)
-            if rec is None or rec.user_id != user_id:
-                raise NotFoundError(f"no record {record_id} for this user")
-            if rec.superseded_by == FORGOTTEN:
-                return []  # forgotten already
-            doomed = [rec, *self.ledger.predecessors(rec.id)]
-            tx.tombstone(doomed, "forgotten at the user's request")
-        self.replica.catch_up()
-        self.replica.persist()
-        return [r.id for r in doomed]
+        return forget_chain(self.ledger, self.replica, record_id, user_id)
 
     async def forget_matching(
         self, text: str, *, user_id: str, min_similarity: float = 0.55
@@ -435,14 +386,8 @@ class AsyncMemoryStore:
             max_items=10**6,
             include_unverified=True,
         )
-        doomed = [
-            c.id
-            for c in rec.candidates
-            if c.relevance >= min_similarity
-            or covers(c.text, text)  # a Chinese target (no keyword side for CJK)
-        ]
         out: list[str] = []
-        for rid in doomed:
+        for rid in matching_ids(rec.candidates, text, min_similarity):
             try:
                 out += await asyncio.to_thread(self._forget_sync, rid, user_id)
             except NotFoundError:
@@ -460,14 +405,7 @@ class AsyncMemoryStore:
 
     def _decay_sync(self, now: float) -> dict[str, int]:
         self._flush_usage()
-        s, ledger = self.settings, self.ledger
-        decayed, doomed = ledger.decay(
-            now, s.decay_half_life_days, s.prune_below_weight, s.explicit_weight_floor
-        )
-        ledger.delete(doomed)
-        self.replica.catch_up()
-        self.replica.persist()
-        return {"decayed": decayed, "pruned": len(doomed)}
+        return decay_now(self.ledger, self.replica, self.settings, now)
 
     async def write_back(
         self,

@@ -25,6 +25,8 @@ The rules (docs/memory.md, "Write rules"):
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,16 +35,23 @@ import numpy as np
 
 from memory.config import MemorySettings
 from memory.embedding import Vectors
-from memory.exceptions import NotFoundError
+from memory.exceptions import NotFoundError, RedactedError
 from memory.index import shard_name
 from memory.ledger.backend import LedgerBackend, LedgerTx
 from memory.ledger.common import NewRecord
-from memory.records import MemorySource, Record
+from memory.records import MemorySource, MemoryType, Record, Scope
 from memory.replica import IndexReplica
 from memory.trust import UNCHECKED, USER_CONFIRMED, provenance
-from memory.writeback import conflicting_value, same_content, updates_subject
+from memory.writeback import (
+    conflicting_value,
+    fingerprint,
+    only_redactions,
+    redact,
+    same_content,
+    updates_subject,
+)
 
-__all__ = ["OnConflict", "RecordWriter", "supersede_rule"]
+__all__ = ["OnConflict", "RecordWriter", "new_records", "storable_texts", "supersede_rule"]
 
 logger = logging.getLogger(__name__)
 
@@ -321,3 +330,47 @@ class RecordWriter:
         if extra:
             what = "the user" if by_user else "evidence " + ", ".join(extra[:4])
             tx.confirm(old, extra, item.confidence, f"confirmed by {what}")
+
+
+def storable_texts(texts: Sequence[str]) -> list[str]:
+    """The texts with their secrets redacted; a text that is nothing but a secret raises
+    :class:`RedactedError` (and nothing of the batch is written)."""
+    clean: list[str] = []
+    for text in texts:
+        red, kinds = redact(text.strip())
+        if not red or (kinds and only_redactions(red)):
+            raise RedactedError("nothing left to store after removing secrets")
+        clean.append(red)
+    return clean
+
+
+def new_records(
+    texts: Sequence[str],
+    scope: Scope,
+    type: MemoryType,
+    source: MemorySource,
+    confidence: float,
+    weight: float,
+    evidence: Sequence[str] | None,
+    created_at: Sequence[float] | None,
+    mentions: int,
+) -> list[NewRecord]:
+    """One record per (redacted) text, all of one scope; evidence ids redacted too;
+    ``created_at`` one per text, else now."""
+    now = time.time()
+    proofs = [redact(e)[0] for e in evidence or []]
+    return [
+        NewRecord(
+            scope=scope,
+            text=t,
+            type=type,
+            source=source,
+            confidence=confidence,
+            weight=weight,
+            evidence=list(proofs),
+            fingerprint=fingerprint(t),
+            created_at=created_at[i] if created_at is not None else now,
+            mentions=mentions,
+        )
+        for i, t in enumerate(texts)
+    ]

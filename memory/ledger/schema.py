@@ -1,7 +1,7 @@
 """The ledger's tables, declared once for both databases.
 
 Each :class:`Table` lists its columns with a portable type (:data:`ColumnType`); a
-:class:`~memory.ledger.common.Dialect` names each type in its database, and
+:class:`~memory.ledger.rows.Dialect` names each type in its database, and
 :func:`create_table` / :func:`create_indexes` render the DDL. ``sqlite.py`` and
 ``postgres_schema.py`` render these and add only what is truly their own:
 
@@ -39,7 +39,7 @@ DialectName = Literal["sqlite", "postgres"]
 
 
 class Dialect(Protocol):
-    """What rendering needs of a database's dialect (`memory.ledger.common.Dialect` is one):
+    """What rendering needs of a database's dialect (`memory.ledger.rows.Dialect` is one):
     its name and its name for each column type. Declared here so the schema imports nothing
     of the ledger code that renders it."""
 
