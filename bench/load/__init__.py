@@ -14,6 +14,7 @@ A black box: everything here talks HTTP to an OpenAI-compatible endpoint and nev
 - ``report``    writes every output: ``report_csv``, ``report_plots`` (PNG), ``report_html``
 - ``requests``  request-level figures from ``vllm bench serve`` (run in a subprocess)
 - ``runner``    the sweep: arms (ours, baseline, unconstrained) interleaved per level
+- ``process_cpu`` CPU seconds by process of a server during a run (snapshot, diff)
 
 Exceptions: ``BenchError`` is the root; ``ScenarioError`` (bad scenario or trace file)
 and ``TargetError`` (the endpoint cannot be reached at all) derive from it.
