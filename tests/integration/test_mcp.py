@@ -9,20 +9,19 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
 from agent.exceptions import ToolServerError, ToolTimeout
 from agent.protocols import Tool
 from agent.tools.mcp import MCPServerSpec, MCPToolServer
+from tests.mcp_http import mcp_http_server
 
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
 STARTUP_S = 30.0  # a loaded 2-core machine takes seconds to import a Python server
@@ -156,28 +155,8 @@ async def test_garbage_and_missing_servers_fail_at_startup() -> None:
 
 @pytest.fixture(scope="module")
 def http_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, FIXTURE, "http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.get(url, timeout=1)
-            break
-        time.sleep(0.1)
-    try:
-        yield url, proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with mcp_http_server(FIXTURE) as served:
+        yield served
 
 
 async def test_sdk_server_over_streamable_http(

@@ -7,18 +7,12 @@ there, and only the variables named reach the server process."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from openai import AsyncOpenAI
 
@@ -26,6 +20,7 @@ from agent.cli import build_agent
 from agent.exceptions import ToolServerError
 from agent.tools.mcp import MCPToolServer
 from agent.tools.mcp_config import server_spec
+from tests.mcp_http import mcp_http_server
 
 KEYED = str(Path(__file__).parent / "mcp_fixtures" / "keyed_server.py")
 COMMAND = f"keyed={sys.executable} {KEYED} stdio"
@@ -92,30 +87,9 @@ async def test_the_cli_passes_mcp_env_to_its_servers() -> None:
 
 @pytest.fixture(scope="module")
 def keyed_http() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "FIXTURE_API_KEY": "k", "FIXTURE_TOKEN": "t0k-secret"}
-    proc = subprocess.Popen(
-        [sys.executable, KEYED, "http", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.get(url, timeout=1)
-            break
-        time.sleep(0.1)
-    try:
+    with mcp_http_server(KEYED, env) as (url, _):
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 async def test_http_headers_carry_a_bearer_token_from_the_environment(
