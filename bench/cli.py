@@ -21,6 +21,7 @@ them; ``loopstack bench SUBJECT NAME --help`` shows a benchmark's options):
     loopstack bench corpus build
     loopstack bench agent overhead|selection
     loopstack bench golden run|bootstrap
+    loopstack bench server cpu snapshot|diff
 """
 
 from __future__ import annotations
@@ -415,6 +416,10 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "overhead": ("bench.agent.overhead", "Host time per step with history, vs none."),
         "selection": ("bench.agent.selection",
                       "Right tool among 5/10/30 by order and ranking; false calls (a server)."),
+    }),
+    "server": ("A running server's own figures.", {
+        "cpu": ("bench.load.process_cpu",
+                "CPU seconds by process kind of a server, snapshots around a run."),
     }),
     "golden": ("The golden agent task set (a running server).", {
         "run": ("bench.golden.run", "Run the golden tasks through `loopstack agent run`."),

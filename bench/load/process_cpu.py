@@ -1,6 +1,6 @@
 """CPU seconds by process of a running server, before and after a load run (#40's profile).
 
-``python -m bench.load.process_cpu snapshot PID... > before.json`` records the CPU time of
+``loopstack bench server cpu snapshot PID... > before.json`` records the CPU time of
 each process tree (the server, its vLLM API server, the engine core, the worker if any) by
 kind; after the run, ``... snapshot PID... > after.json`` and ``... diff before.json
 after.json`` prints what each kind used in between. Processes are told apart by their
@@ -67,7 +67,7 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[tuple[int, str],
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.load.process_cpu", description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     snap = sub.add_parser("snapshot", help="print a JSON snapshot of these process trees")
     snap.add_argument("pids", nargs="+", type=int)
