@@ -18,7 +18,10 @@ import re
 
 __all__ = ["only_redactions", "redact"]
 
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+# Not glued to ASCII letters, digits, "_" or "-" on either side: a trace id such as
+# 20261205-004202-3546ebd4 holds 18 digits that pass Luhn one time in ten, and is no card.
+# (Chinese text may touch the number: 卡号4111111111111111 is still a card.)
+_CARD = re.compile(r"(?<![A-Za-z0-9_-])(?:\d[ -]?){12,18}\d(?![A-Za-z0-9_-])")
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 _KEYWORD_VALUE = (
     r"(\s*(?:\s+(?:for|of|to|on)\s+(?:the\s+|my\s+)?[\w.@-]+(?:\s+[\w.@-]+)?\s*)?"

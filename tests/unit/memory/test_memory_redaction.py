@@ -82,6 +82,8 @@ SECRETS = [
     ("my national ID is 12345678Z", "12345678Z", "national_id"),
     ("tax id: DE123456789", "123456789", "national_id"),
     ("card 4111 1111 1111 1111 thanks", "4111 1111", "card_number"),
+    ("我的卡号是4111111111111111，谢谢", "4111111111111111", "card_number"),
+    ("card: 5500-0000-0000-0004.", "5500-0000-0000", "card_number"),
     ("IBAN DE89 3704 0044 0532 0130 00", "3704 0044", "iban"),
     (
         "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
@@ -108,6 +110,10 @@ ORDINARY = [
     "The API key of the user is scoped to the staging project",
     "the token was revoked yesterday",
     "my password is expired again",
+    # agent trace ids (evidence ids): 18 digits that pass Luhn, glued to the hex tail
+    "20261205-004202-3546ebd4",
+    "20261205-004202-3546ebd4.1.0",
+    "see trace 20261205-004202-3546ebd4 step 2",
 ]
 
 
