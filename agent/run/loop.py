@@ -188,7 +188,7 @@ class Agent:
         seen: dict[str, Observation] = {
             call_signature(o.name, o.arguments): o for o in state.observations
         }
-        counted_upto, idle, nudged, repeats = 0, 0, False, 0
+        counted_upto, idle, nudged, repeats, pushed = 0, 0, False, 0, 0
         if (
             state.plan is None
             and (made := await plans.make(self, state, self.config.plan)) is not None
@@ -230,6 +230,12 @@ class Agent:
                     # answered from nothing while tools were there to look it up: once,
                     # ask again with a call required (the text reply is dropped)
                     nudged = True
+                    continue
+                if (more := plans.push(state, pushed, self.config.limits)) is not None:
+                    pushed += 1  # steps of the plan still open: sent back, told the next one
+                    logger.info("[trace_id=%s] %s", self._tid(state), more)
+                    said = [("assistant", step.text), ("user", more)]
+                    state.messages += [{"role": r, "content": c} for r, c in said]
                     continue
                 yield await self._finish(state, "answer", text=step.text)
                 break

@@ -11,6 +11,11 @@ step fails.
   arguments, a refused or failed worker) or after the no-progress limit. A failed step is
   re-planned with what was done and what failed in view, at most ``Limits.max_replans``
   times; the plan keeps the done and failed steps and replaces the rest.
+* A step that copies the goal is dropped (the 1.5B's first step was often the whole task,
+  done by its first call, which left the real steps pending).
+* A text answer while two or more steps are open is sent back once per open step, at most
+  ``Limits.plan_pushes`` times (`push`): the model is told which step is next. The last
+  step is often "tell me ...", which the answer itself does.
 * Plans and re-plans are `PlanStep`s: in the trace and in ``--json`` (``plan``).
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Any, Protocol
 
@@ -39,6 +45,7 @@ __all__ = [
     "make",
     "messages_for",
     "prompt_block",
+    "push",
     "replan",
 ]
 
@@ -118,6 +125,16 @@ def _parse_steps(text: str) -> tuple[bool, list[str]]:
     return bool(value.get("multi_step", True)), goals[:MAX_ITEMS]
 
 
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def _echoes(goal: str, step: str) -> bool:
+    """`step` is the goal copied (most of a long goal's words), not one action of it."""
+    want = _words(goal)
+    return len(want) >= 8 and len(want & _words(step)) >= 0.8 * len(want)
+
+
 async def _ask(
     agent: Planner, state: AgentState, tid: str, prompt: str, fmt: dict[str, Any]
 ) -> tuple[str, int, int]:
@@ -159,6 +176,7 @@ async def make(agent: Planner, state: AgentState, mode: PlanMode) -> PlanStep | 
         logger.warning("plan request failed, running without a plan: %s", exc.message)
         return None
     multi, goals = _parse_steps(text)
+    goals = [g for g in goals if not _echoes(state.goal, g)] or goals
     if mode == "auto" and (not multi or len(goals) < 2):
         return None
     state.plan = Plan([PlanItem(g) for g in (goals or [state.goal])])
@@ -256,6 +274,23 @@ def messages_for(state: AgentState, instructions: str = "") -> list[dict[str, An
     if extra:
         messages[0] = {**messages[0], "content": "\n\n".join([messages[0]["content"], *extra])}
     return messages
+
+
+def push(state: AgentState, pushed: int, limits: Limits) -> str | None:
+    """What to tell a model that answered in text while two or more plan steps are open
+    (None: accept the answer): the next step, at most ``limits.plan_pushes`` times a run."""
+    plan = state.plan
+    if plan is None or pushed >= limits.plan_pushes:
+        return None
+    open_items = [i for i in plan.items if i.status in ("pending", "running")]
+    if len(open_items) < 2:
+        return None
+    cur = open_items[0]
+    n = plan.items.index(cur) + 1
+    return (
+        f"Not finished yet: {len(open_items)} steps of the plan are still open. Do step {n} "
+        f"now: {cur.goal}. Call the tool it needs; answer only when the steps are done."
+    )
 
 
 def close(state: AgentState) -> None:

@@ -187,3 +187,60 @@ async def test_auto_keeps_a_multi_step_plan_and_never_asks_for_none() -> None:
     model2 = ScriptedModel([text("x")], plans=[THREE])
     result2 = await make(model2, plan="never").run("Worst month of North?")
     assert result2.plan is None and all("response_format" not in r for r in model2.requests[:1])
+
+
+async def test_a_step_that_copies_the_goal_is_dropped() -> None:
+    goal = "Look up the sales of North, then find the worst month of North, then tell me both."
+    echo = {"multi_step": True, "steps": [{"goal": goal}, *THREE["steps"]]}
+    model = ScriptedModel([call("region_sales", region="North")], plans=[echo])
+    result = await make(model, plan_pushes=0).run(goal)
+    assert [i["goal"] for i in result.plan or []] == [s["goal"] for s in THREE["steps"]]
+    # a plan of nothing but the goal keeps it (no empty plan)
+    model = ScriptedModel([text("x")], plans=[{"multi_step": True, "steps": [{"goal": goal}]}])
+    result = await make(model).run(goal)
+    assert [i["goal"] for i in result.plan or []] == [goal]
+
+
+async def test_an_answer_with_steps_open_is_sent_back_with_the_next_step() -> None:
+    model = ScriptedModel(
+        [
+            call("region_sales", region="North"),
+            text("North sold 10."),  # too early: two steps open
+            call("worst_month", region="North"),
+            text("North sold 10; its worst month was 2025-03."),  # one open ("answer"): kept
+        ],
+        plans=[THREE],
+    )
+    result = await make(model).run("Sales and worst month of North?")
+    assert [c["name"] for c in result.to_json()["tool_calls"]] == ["region_sales", "worst_month"]
+    assert result.answer and "2025-03" in result.answer
+    assert [i["status"] for i in result.plan or []] == ["done", "done", "skipped"]
+    sent_back = model.chat_requests[2]["messages"]
+    assert sent_back[-2] == {"role": "assistant", "content": "North sold 10."}
+    assert sent_back[-1]["role"] == "user"
+    assert "Do step 2 now: find the worst month of North" in sent_back[-1]["content"]
+
+
+def pushes(model: ScriptedModel) -> list[int]:
+    """Per chat request, how many times the host had sent an answer back so far."""
+    return [
+        sum("Not finished yet" in str(m.get("content")) for m in r["messages"])
+        for r in model.chat_requests
+    ]
+
+
+async def test_answers_are_sent_back_at_most_plan_pushes_times() -> None:
+    early = [call("region_sales", region="North"), text("10."), text("10!"), text("10?")]
+    model = ScriptedModel(early, plans=[THREE])
+    result = await make(model, plan_pushes=1).run("Sales?")
+    assert pushes(model) == [0, 0, 1] and result.reason == "answer"  # one push, then accepted
+    model = ScriptedModel(early, plans=[THREE])
+    result = await make(model, plan_pushes=0).run("Sales?")
+    assert pushes(model) == [0, 0] and result.reason == "answer"  # as before: no push
+    model = ScriptedModel(early, plans=[THREE])
+    result = await make(model, plan_pushes=5).run("Sales?")  # the model keeps answering
+    assert pushes(model) == [0, 0, 1, 2, 3, 4, 5] and result.reason == "answer"
+    # no plan: an answer is an answer
+    model = ScriptedModel(early, plans=[THREE])
+    result = await make(model, plan="never").run("Sales?")
+    assert pushes(model) == [0, 0] and result.reason == "answer"
