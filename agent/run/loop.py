@@ -188,7 +188,7 @@ class Agent:
         seen: dict[str, Observation] = {
             call_signature(o.name, o.arguments): o for o in state.observations
         }
-        counted_upto, idle, nudged, repeats, pushed = 0, 0, False, 0, 0
+        counted_upto, idle, nudged, repeats, pushed, push = 0, 0, False, 0, 0, False
         if (
             state.plan is None
             and (made := await plans.make(self, state, self.config.plan)) is not None
@@ -206,7 +206,8 @@ class Agent:
                 counted_upto = len(state.messages)
             state.step += 1
             try:
-                step, message = await self._decide(state, required=nudged and not state.tool_calls)
+                required, push = push or (nudged and not state.tool_calls), False
+                step, message = await self._decide(state, required=required)
             except AgentError as exc:
                 if state.elapsed() >= self.config.limits.wall_clock_s:  # the request hit the limit
                     detail = f"{state.elapsed():.1f} s elapsed during a model request"
@@ -232,7 +233,7 @@ class Agent:
                     nudged = True
                     continue
                 if (more := plans.push(state, pushed, self.config.limits)) is not None:
-                    pushed += 1  # steps of the plan still open: sent back, told the next one
+                    pushed, push = pushed + 1, True  # steps still open: the next one, a call
                     logger.info("[trace_id=%s] %s", self._tid(state), more)
                     said = [("assistant", step.text), ("user", more)]
                     state.messages += [{"role": r, "content": c} for r, c in said]

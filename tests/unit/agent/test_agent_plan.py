@@ -219,6 +219,9 @@ async def test_an_answer_with_steps_open_is_sent_back_with_the_next_step() -> No
     assert sent_back[-2] == {"role": "assistant", "content": "North sold 10."}
     assert sent_back[-1]["role"] == "user"
     assert "Do step 2 now: find the worst month of North" in sent_back[-1]["content"]
+    # the request after a push asks for a call (the 1.5B answered in text again when it may)
+    choices = [r.get("tool_choice") for r in model.chat_requests]
+    assert choices == ["auto", "auto", "required", "auto"]
 
 
 def pushes(model: ScriptedModel) -> list[int]:
