@@ -89,9 +89,9 @@ def test_a_request_no_tool_fits_gets_text(client: OpenAI, server: Server) -> Non
 
 
 def test_a_plain_request_gets_the_models_shipped_selection(client: OpenAI, server: Server) -> None:
-    """#46: no `loopstack` field at all - the served model's shipped defaults apply (the
-    1.5B: the abstention rule; `make test`'s 0.5B: nothing shipped, skipped), the reply says
-    which, the call a request needs is kept, and a request that says no gets none of it."""
+    """#46: no `loopstack` field at all - the served model's shipped defaults apply (both
+    offline models: the abstention rule), the reply says which, the call a request needs is
+    kept, and a request that says no gets none of it."""
     from serving.selection.defaults import SHIPPED
 
     shipped = SHIPPED.get(server.model)

@@ -216,11 +216,12 @@ async def test_a_decided_turn_answers_as_an_ordinary_response(
 
 
 def test_the_shipped_defaults_are_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    # nothing is shipped for the 0.5B (the README's agent example regressed with its set);
-    # the 1.5B gets the abstention rule alone (no ranking: its top 5 + floor dropped calls)
-    assert selection_defaults("qwen2.5-coder-0.5b-instruct") == SelectionDefaults()
-    assert selection_defaults("qwen2.5-coder-1.5b-instruct") == SelectionDefaults(abstain=True)
-    assert selection_defaults("qwen2.5-coder-1.5b-instruct", abstain=False) == SelectionDefaults()
+    # both offline models ship the abstention rule alone (their measured ranking sets are
+    # opt-in: the 0.5B's broke the README example, the 1.5B's dropped calls)
+    for model in ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"):
+        assert selection_defaults(model) == SelectionDefaults(abstain=True)
+        assert selection_defaults(model, abstain=False) == SelectionDefaults()
+    assert selection_defaults("Qwen/Qwen3-8B") == SelectionDefaults()  # not measured: off
     monkeypatch.setitem(sd.SHIPPED, "qwen2.5-coder-0.5b-instruct", sd.MEASURED_0_5B)
     small = selection_defaults("qwen2.5-coder-0.5b-instruct")
     assert small == SelectionDefaults(rank=True, top_k=5, min_score=0.3, abstain=True)
