@@ -69,8 +69,8 @@ class Limits:
     max_replans: int = _limit(  # (agent.run.plan)
         2, ge=0, description="re-plans after failed plan steps"
     )
-    plan_pushes: int = _limit(  # (agent.run.plan)
-        2, ge=0, description="text answers sent back while 2+ plan steps are open",
+    plan_pushes: int = _limit(  # (agent.run.plan); off: measured, no gain (docs/benchmarks.md)
+        0, ge=0, description="text answers sent back while 2+ plan steps are open"
     )
     max_depth: int = _limit(  # (agent.run.team)
         2, ge=0, description="levels of workers below the top agent"

@@ -13,9 +13,11 @@ step fails.
   times; the plan keeps the done and failed steps and replaces the rest.
 * A step that copies the goal is dropped (the 1.5B's first step was often the whole task,
   done by its first call, which left the real steps pending).
-* A text answer while two or more steps are open is sent back once per open step, at most
-  ``Limits.plan_pushes`` times (`push`): the model is told which step is next. The last
-  step is often "tell me ...", which the answer itself does.
+* A text answer while two or more steps are open can be sent back, at most
+  ``Limits.plan_pushes`` times (`push`; 0, off, by default): the model is told which step is
+  next and the following request asks for a call. The last step is often "tell me ...",
+  which the answer itself does. Measured on the multi-step set with the 1.5B: 0/9 with it as
+  without (more calls, 2.3x the time), so it is an arm, not a default.
 * Plans and re-plans are `PlanStep`s: in the trace and in ``--json`` (``plan``).
 """
 

@@ -211,7 +211,7 @@ async def test_an_answer_with_steps_open_is_sent_back_with_the_next_step() -> No
         ],
         plans=[THREE],
     )
-    result = await make(model).run("Sales and worst month of North?")
+    result = await make(model, plan_pushes=2).run("Sales and worst month of North?")
     assert [c["name"] for c in result.to_json()["tool_calls"]] == ["region_sales", "worst_month"]
     assert result.answer and "2025-03" in result.answer
     assert [i["status"] for i in result.plan or []] == ["done", "done", "skipped"]
@@ -238,12 +238,12 @@ async def test_answers_are_sent_back_at_most_plan_pushes_times() -> None:
     result = await make(model, plan_pushes=1).run("Sales?")
     assert pushes(model) == [0, 0, 1] and result.reason == "answer"  # one push, then accepted
     model = ScriptedModel(early, plans=[THREE])
-    result = await make(model, plan_pushes=0).run("Sales?")
-    assert pushes(model) == [0, 0] and result.reason == "answer"  # as before: no push
+    result = await make(model).run("Sales?")
+    assert pushes(model) == [0, 0] and result.reason == "answer"  # the default: no push
     model = ScriptedModel(early, plans=[THREE])
     result = await make(model, plan_pushes=5).run("Sales?")  # the model keeps answering
     assert pushes(model) == [0, 0, 1, 2, 3, 4, 5] and result.reason == "answer"
     # no plan: an answer is an answer
     model = ScriptedModel(early, plans=[THREE])
-    result = await make(model, plan="never").run("Sales?")
+    result = await make(model, plan="never", plan_pushes=2).run("Sales?")
     assert pushes(model) == [0, 0] and result.reason == "answer"
