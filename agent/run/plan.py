@@ -127,8 +127,16 @@ def _parse_steps(text: str) -> tuple[bool, list[str]]:
     return bool(value.get("multi_step", True)), goals[:MAX_ITEMS]
 
 
+_CJK = "\u3400-\u9fff"
+
+
 def _words(text: str) -> set[str]:
-    return set(re.findall(r"\w+", text.lower()))
+    """Words, and for Chinese (written without spaces) character pairs."""
+    lowered = text.lower()
+    units = set(re.findall(rf"[^\W{_CJK}]+", lowered))
+    for run in re.findall(rf"[{_CJK}]+", lowered):
+        units |= {run[i : i + 2] for i in range(max(1, len(run) - 1))}
+    return units
 
 
 def _echoes(goal: str, step: str) -> bool:

@@ -195,6 +195,16 @@ async def test_a_step_that_copies_the_goal_is_dropped() -> None:
     model = ScriptedModel([call("region_sales", region="North")], plans=[echo])
     result = await make(model, plan_pushes=0).run(goal)
     assert [i["goal"] for i in result.plan or []] == [s["goal"] for s in THREE["steps"]]
+    # in Chinese too (no spaces: character pairs are compared)
+    zh = "查一下北方的销售额，再找出北方最差的月份，然后把两者都告诉我。"
+    echo = {
+        "multi_step": True,
+        "steps": [{"goal": zh}, {"goal": "查北方的销售额"}, *THREE["steps"][1:]],
+    }
+    model = ScriptedModel([call("region_sales", region="North")], plans=[echo])
+    result = await make(model, plan_pushes=0).run(zh)
+    goals = [i["goal"] for i in result.plan or []]
+    assert goals == ["查北方的销售额", *[s["goal"] for s in THREE["steps"][1:]]]
     # a plan of nothing but the goal keeps it (no empty plan)
     model = ScriptedModel([text("x")], plans=[{"multi_step": True, "steps": [{"goal": goal}]}])
     result = await make(model).run(goal)
