@@ -17,7 +17,7 @@ from memory.config import MemorySettings
 from memory.exceptions import NotFoundError
 from memory.language import covers
 from memory.ledger.backend import LedgerBackend
-from memory.ledger.common import FORGOTTEN
+from memory.ledger.rows import FORGOTTEN
 from memory.records import Candidate
 from memory.replica import IndexReplica
 

@@ -21,9 +21,9 @@ from typing import Any
 from memory.config import MemorySettings
 from memory.embedding import Embedder, embedder_named, make_embedder
 from memory.exceptions import LedgerError
-from memory.ledger.common import COLUMNS
 from memory.ledger.postgres import PostgresLedger
 from memory.ledger.postgres_schema import ALL, SET_SCOPE
+from memory.ledger.rows import COLUMNS
 
 __all__ = ["MigrationReport", "migrate", "parse_source"]
 

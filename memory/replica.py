@@ -32,7 +32,7 @@ from memory.config import MemorySettings
 from memory.embedding import Embedder
 from memory.index import ShardedIndex, shard_name
 from memory.ledger.backend import LedgerBackend
-from memory.ledger.common import Change
+from memory.ledger.rows import Change
 
 __all__ = ["IndexReplica"]
 

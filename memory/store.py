@@ -43,7 +43,7 @@ from memory.execution import execute
 from memory.forgetting import decay_now, decay_schedule, forget_chain, matching_ids
 from memory.index import ShardedIndex
 from memory.ledger.backend import LedgerBackend, is_url, open_ledger, url_key
-from memory.ledger.common import NewRecord
+from memory.ledger.rows import NewRecord
 from memory.llm import ModelClient
 from memory.reader import RecallMode, RecallReader
 from memory.records import (

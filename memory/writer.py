@@ -38,7 +38,7 @@ from memory.embedding import Vectors
 from memory.exceptions import NotFoundError, RedactedError
 from memory.index import shard_name
 from memory.ledger.backend import LedgerBackend, LedgerTx
-from memory.ledger.common import NewRecord
+from memory.ledger.rows import NewRecord
 from memory.records import MemorySource, MemoryType, Record, Scope
 from memory.replica import IndexReplica
 from memory.trust import UNCHECKED, USER_CONFIRMED, provenance

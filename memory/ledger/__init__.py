@@ -16,7 +16,7 @@ imported only then).
 """
 
 from memory.ledger.backend import LedgerBackend, LedgerTx, is_url, open_ledger, redact_url, url_key
-from memory.ledger.common import Change, NewRecord, new_id
+from memory.ledger.rows import Change, NewRecord, new_id
 from memory.ledger.sqlite import SqliteLedger
 
 __all__ = [

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memory.embedding import Vectors
-from memory.ledger.common import Change, NewRecord, redact_url
+from memory.ledger.common import redact_url
+from memory.ledger.rows import Change, NewRecord
 from memory.records import EventKind, MemoryType, Record, Scope, TrustEvent
 
 __all__ = [

@@ -1,6 +1,6 @@
 """What the SQLite and the Postgres ledger share, written once.
 
-* The plain rows and the dialects (``memory.ledger.rows``), re-exported here.
+* It builds on the plain rows and the dialects of ``memory.ledger.rows`` (import them from there).
 * :class:`SqlLedger` and :class:`SqlTx`, the base classes of the two ledgers and of their
   write transactions: every read and write whose SQL is the same on both databases but for
   the spelling a :class:`Dialect` gives (``?`` or ``%s`` parameters, ``IN (...)`` or
@@ -24,48 +24,18 @@ from memory.embedding import Vectors
 from memory.ledger.rows import (
     COLUMNS,
     FORGOTTEN,
-    INSERT_COLUMNS,
-    POSTGRES,
-    SQLITE,
     STATS_SQL,
     TOMBSTONE_TEXT,
     Change,
     Dialect,
     NewRecord,
-    check_schema_version,
-    check_vectors,
     event_from_row,
     group_by_user,
-    insert_values,
-    new_id,
     row_to_record,
-    texts_by_user,
 )
 from memory.records import EventKind, MemoryType, Record, Scope, TrustEvent
 
-__all__ = [
-    "COLUMNS",
-    "FORGOTTEN",
-    "INSERT_COLUMNS",
-    "POSTGRES",
-    "SQLITE",
-    "STATS_SQL",
-    "TOMBSTONE_TEXT",
-    "Change",
-    "Dialect",
-    "NewRecord",
-    "SqlLedger",
-    "SqlTx",
-    "check_schema_version",
-    "check_vectors",
-    "event_from_row",
-    "group_by_user",
-    "insert_values",
-    "new_id",
-    "redact_url",
-    "row_to_record",
-    "texts_by_user",
-]
+__all__ = ["SqlLedger", "SqlTx", "redact_url"]
 
 
 class SqlTx:

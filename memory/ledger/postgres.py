@@ -30,7 +30,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memory.exceptions import LedgerError, RowSecurityError
-from memory.ledger.common import POSTGRES, SqlLedger, check_schema_version, redact_url
+from memory.ledger.common import SqlLedger, redact_url
 from memory.ledger.postgres_schema import (
     ALL,
     CHANNEL,
@@ -40,6 +40,7 @@ from memory.ledger.postgres_schema import (
     SET_SCOPE,
 )
 from memory.ledger.postgres_tx import PostgresTransaction, errors
+from memory.ledger.rows import POSTGRES, check_schema_version
 from memory.ledger.schema import META, create_table
 from memory.records import Scope
 

@@ -23,7 +23,7 @@ own:
 
 from __future__ import annotations
 
-from memory.ledger.common import POSTGRES
+from memory.ledger.rows import POSTGRES
 from memory.ledger.schema import POSTINGS, create_indexes, create_table, tables_of
 
 __all__ = [

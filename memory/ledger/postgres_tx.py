@@ -18,18 +18,18 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memory.embedding import Vectors
 from memory.exceptions import LedgerError
-from memory.ledger.common import (
+from memory.ledger.common import SqlTx
+from memory.ledger.postgres_schema import ALL, CHANNEL, SET_SCOPE
+from memory.ledger.rows import (
     COLUMNS,
     INSERT_COLUMNS,
     POSTGRES,
     NewRecord,
-    SqlTx,
     check_vectors,
     insert_values,
     row_to_record,
     texts_by_user,
 )
-from memory.ledger.postgres_schema import ALL, CHANNEL, SET_SCOPE
 from memory.pipeline import doc_terms
 from memory.records import Record
 

@@ -32,13 +32,12 @@ import numpy as np
 
 from memory.embedding import Vectors
 from memory.exceptions import LedgerError
-from memory.ledger.common import (
+from memory.ledger.common import SqlLedger, SqlTx
+from memory.ledger.rows import (
     COLUMNS,
     INSERT_COLUMNS,
     SQLITE,
     NewRecord,
-    SqlLedger,
-    SqlTx,
     check_schema_version,
     check_vectors,
     insert_values,

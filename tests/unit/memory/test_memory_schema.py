@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from bench.memory.local_postgres import LocalPostgres
-from memory.ledger.common import POSTGRES, SQLITE
 from memory.ledger.postgres import PostgresLedger
+from memory.ledger.rows import POSTGRES, SQLITE
 from memory.ledger.schema import TABLES, Table, tables_of
 from memory.ledger.sqlite import SCHEMA_VERSION, SqliteLedger
 from tests.unit.memory.ledger_history import PG_V1, SQLITE_V1
@@ -91,7 +91,7 @@ def test_a_new_sqlite_and_a_new_postgres_ledger_agree(tmp_path: Path, pg_url: st
 
 
 def test_events_carry_their_owner_on_both(tmp_path: Path, pg_url: str) -> None:
-    from memory.ledger.common import NewRecord
+    from memory.ledger.rows import NewRecord
     from memory.records import MemorySource, MemoryType, Scope
 
     def rec() -> NewRecord:
