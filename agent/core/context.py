@@ -45,12 +45,19 @@ tool results.
 - When the tool results answer the goal, reply with the answer in plain text."""
 
 
+REQUEST_NOTE = """\
+Your goal is one part of this request from the user: {request}
+Do only your goal; take from the request any name, number or date your goal leaves out."""
+
+
 def system_prompt(state: AgentState) -> str:
     parts = [
         "You are a helpful assistant that completes the user's task with the tools provided.",
         f"Goal: {state.goal}",
         RULES,
     ]
+    if state.request:  # a worker (agent.run.team): the request its task serves
+        parts.insert(2, REQUEST_NOTE.format(request=state.request))
     if state.pinned:
         parts.append("Pinned facts:\n" + "\n".join(f"- {k}: {v}" for k, v in state.pinned.items()))
     if state.memory_block:

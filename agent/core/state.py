@@ -153,10 +153,16 @@ class AgentState:
     # per turn, like steps, tool calls and the clock; ``cost()`` stays the whole session's
     turn_tokens_from: int = 0
     turn_calls_from: int = 0  # workers' tool calls charged before this turn
+    # a worker's: the user's request its task is one part of (agent.run.team). Said in its
+    # system prompt, and trusted like the user's words: a small coordinator writes terse
+    # tasks ("current", "convert_eur_to_jpy") that drop the city, the amount, the month
+    request: str = ""
 
     def __post_init__(self) -> None:
         if not self.user_messages:
             self.user_messages.append(self.goal)
+        if self.request and self.request not in self.user_messages:
+            self.user_messages.append(self.request)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started

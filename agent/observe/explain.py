@@ -111,6 +111,8 @@ async def run_start(agent: Any, state: AgentState) -> dict[str, Any]:
         "memory_block": state.memory_block,
         "recall": recall,
     }
+    if state.request:  # a worker: the user's request its task is part of
+        line["request"] = state.request
     if error:
         line["recall_error"] = error
     return line

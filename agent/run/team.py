@@ -146,7 +146,9 @@ class WorkerTool:
         limits = self._admit(turn, task)
         parent: Agent = turn.agent
         child = self._agent(parent, turn, limits)
-        state = AgentState(goal=task)
+        # the user's request the task is part of (the coordinator's own request, if it is a
+        # worker too): the names, numbers and dates a terse task leaves out
+        state = AgentState(goal=task, request=turn.state.request or turn.state.goal)
         try:
             result = await child.run(task, state=state)
         except asyncio.CancelledError:  # the parent's clock ran out: still charge what it spent

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent.core.settings import AgentConfig, Limits
-from agent.core.state import RunResult, ToolStep
+from agent.core.state import AgentState, RunResult, ToolStep
 from agent.observe.trace import load_trace, show_trace
 from agent.run.loop import Agent
 from agent.run.team import Worker, worker_tools
@@ -340,3 +340,33 @@ async def test_a_worker_keeps_the_runs_selection_and_answer_arms(
     first = inner.chat_requests[0]
     assert first["loopstack"] == {"no_repeat": True}  # the selection reaches the endpoint
     assert ANSWER_TOOL in [t["function"]["name"] for t in first["tools"]]
+
+
+async def test_a_worker_sees_the_users_request_its_task_is_part_of(home: Path) -> None:
+    # #46: a small coordinator writes terse tasks ("current", "convert_eur_to_jpy") that drop
+    # the city and the amount; the worker's prompt carries the request they came from, and a
+    # nested worker gets the top-level request, not its coordinator's task
+    request = "I am flying to Tokyo with 500 EUR. What is the weather in Tokyo?"
+    leaf = ScriptedModel([call("lookup", key="Tokyo"), text("cloudy")], answer="cloudy")
+    mid = ScriptedModel([call("leaf", task="current"), text("cloudy")], answer="cloudy")
+    boss = ScriptedModel([call("mid", task="weather"), text("cloudy")], answer="cloudy")
+    leaf_worker = worker("leaf", leaf)
+    agent = coordinator(boss, [worker("mid", mid, lookup, workers=[leaf_worker])])
+    result = await agent.run(request)
+    assert result.status == "done"
+    for model, task in ((mid, "weather"), (leaf, "current")):
+        system = model.chat_requests[0]["messages"][0]["content"]
+        assert f"Goal: {task}" in system
+        assert f"one part of this request from the user: {request}" in system
+    # the request is the user's words (trusted by the injection check); the trace's start
+    # line of the worker says what it served
+    assert [s.status for s in tool_steps(result)] == ["ok"]
+    assert AgentState(goal="current", request=request).user_messages == ["current", request]
+    starts = [
+        e for p in sorted((home / "traces").glob("*.jsonl")) for e in load_trace(p)
+        if e.get("type") == "start" and e.get("input") == "current"
+    ]  # fmt: skip
+    assert starts and starts[0]["request"] == request
+    # a top-level run has no request note
+    top = boss.chat_requests[0]["messages"][0]["content"]
+    assert "one part of this request" not in top
