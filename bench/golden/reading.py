@@ -27,11 +27,14 @@ __all__ = [
 
 _SIGNS = "-\u2212\u2013"  # hyphen-minus, minus sign, en dash
 _MINUS = re.escape(_SIGNS)  # for a character class
+# "glued to a word" means a Latin letter, digit or underscore: Python's \w (and \b) count
+# Chinese characters as word characters, and "需要13天" or "预计在2026-12-09送达" must read
+_ASCII_WORD = "A-Za-z0-9_"
 _NUMBER = re.compile(
-    rf"(?<![\w.,:/{_MINUS}])([{_MINUS}]?)"  # a sign, unless glued to a word or another number
+    rf"(?<![{_ASCII_WORD}.,:/{_MINUS}])([{_MINUS}]?)"  # a sign, unless glued to a word or number
     r"(\d{1,3}(?:,\d{3})+|\d{1,3}(?:[\u202f\u00a0]\d{3})+|\d+)"  # 1,200 / 1 200 / 1200
     r"(\.\d+)?"
-    r"(?![\w]|[.,:/]\d)"  # not the start of a longer token (12:00, 3.5.1, 2025/11)
+    rf"(?![{_ASCII_WORD}]|[.,:/]\d)"  # not the start of a longer token (12:00, 3.5.1, 2025/11)
 )
 _WORDS = {
     w: i
@@ -120,14 +123,16 @@ _MONTHS = {
     for m in names_
 }
 _MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_NOT_GLUED, _NOT_BEFORE = rf"(?<![{_ASCII_WORD}])", rf"(?![{_ASCII_WORD}])"  # Chinese may touch
 _DATE_FORMS = [
-    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), ("y", "m", "d")),
-    (re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b"), ("y", "m", "d")),
+    (re.compile(rf"{_NOT_GLUED}(\d{{4}})-(\d{{1,2}})-(\d{{1,2}}){_NOT_BEFORE}"), ("y", "m", "d")),
+    (re.compile(rf"{_NOT_GLUED}(\d{{4}})/(\d{{1,2}})/(\d{{1,2}}){_NOT_BEFORE}"), ("y", "m", "d")),
     (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH},?(?:\s+(\d{{4}}))?\b", re.I),
      ("d", "M", "y")),
     (re.compile(rf"\b{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?", re.I),
      ("M", "d", "y")),
-    (re.compile(r"\b(\d{1,2})[./](\d{1,2})[./](\d{4})\b"), ("a", "b", "y")),
+    (re.compile(rf"{_NOT_GLUED}(\d{{1,2}})[./](\d{{1,2}})[./](\d{{4}}){_NOT_BEFORE}"),
+     ("a", "b", "y")),
 ]  # fmt: skip
 
 

@@ -209,6 +209,9 @@ def test_numbers_are_read_whole() -> None:
     assert reading.numbers("1,200 people, 17:00, 3.5.1, in 2025-03: 143") == [1200, 2025, 143]
     assert reading.numbers("-0.7% and \u22125") == [-0.7, -5]
     assert reading.numbers("three files") == [3]
+    # Chinese characters may touch a number (Python's \w counts them as letters); Latin may not
+    assert reading.numbers("共需要13天，约1,200元") == [13, 1200]
+    assert reading.numbers("v13 and 13b") == []
     assert reading.signed_changes("fell by 0.7 percent; grew 3.7%; +2%") == [-0.7, 3.7, 2]
     assert reading.signed_changes("revenue was 0.7% of sales") == []
 
@@ -217,6 +220,9 @@ def test_dates_times_and_polarity() -> None:
     assert (2025, 11, 14) in reading.dates("14/11/2025")
     assert (2025, 11, 14) in reading.dates("11/14/2025")
     assert reading.dates("14th of November") == [(None, 11, 14)]
+    assert reading.dates("预计在2026-12-09送达") == [(2026, 12, 9)]
+    assert reading.dates("截止14/11/2025。") == [(2025, 11, 14)]
+    assert reading.dates("build A2026-12-09 and 2026-12-09b") == []
     assert reading.clock_times("at 7 pm, then 07:00:30") == {(19, 0), (7, 0)}
     assert reading.clock_times("17:00") == {(17, 0)}
     assert reading.polarity("Yes - don't forget it.") is True

@@ -43,9 +43,11 @@ GET = {"name": "shop__get_order", "arguments": {"order_id": "B-1003"}, "status":
         ("It is on its way and should arrive on December 9.", [GET], True),
         ("您的搅拌机（订单 B-1003）正在运输中，预计 12月9日 送达。", [FIND], True),
         ("预计2026年12月9日到达。", [GET], True),
+        ("搅拌机现在在DHL，预计在2026-12-09送达。", [GET], True),  # the date glued to Chinese
         # wrong: no look-up, wrong date, another order, no date at all
         ("Your blender arrives 2026-12-09.", [], False),
         ("Your blender arrives 2026-12-19.", [FIND], False),
+        ("搅拌机预计在2026-12-19送达。", [FIND], False),
         ("Order B-1002 was delivered on 2026-11-26; B-1003 arrives 2026-12-09.", [FIND], False),
         ("It is in transit.", [FIND], False),
         (
