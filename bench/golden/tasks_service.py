@@ -71,7 +71,9 @@ def mentions(text: str, word: str) -> list[int]:
     """Where ``word`` occurs: a whole word for Latin text, anywhere for Chinese."""
     if _CJK.search(word):
         return [m.start() for m in re.finditer(re.escape(word), text)]
-    pattern = rf"(?<![\w-]){re.escape(word)}(?![\w-])"
+    # Latin letters, digits, "_" and "-" may not touch it; Chinese may (Python's \w counts
+    # Chinese as letters, and "订单B-1002已送达" names B-1002)
+    pattern = rf"(?<![A-Za-z0-9_-]){re.escape(word)}(?![A-Za-z0-9_-])"
     return [m.start() for m in re.finditer(pattern, text, re.IGNORECASE)]
 
 
