@@ -23,6 +23,7 @@ __all__ = [
     "numbers",
     "polarity",
     "signed_changes",
+    "whole_word",
 ]
 
 _SIGNS = "-\u2212\u2013"  # hyphen-minus, minus sign, en dash
@@ -82,7 +83,7 @@ def signed_changes(text: str) -> list[float]:
             down = True
         out.append(-value if down else value)
         taken.append(m.span("num"))
-    for m in re.finditer(rf"(?<![\w.]){'([' + _MINUS + '+])'}(\d+(?:\.\d+)?)\s*(%|percent)", text):
+    for m in re.finditer(rf"(?<![{_ASCII_WORD}.])([{_MINUS}+])(\d+(?:\.\d+)?)\s*(%|percent)", text):
         if any(a <= m.start(2) < b for a, b in taken):
             continue
         value = float(m.group(2))
@@ -90,13 +91,19 @@ def signed_changes(text: str) -> list[float]:
     return out
 
 
+def whole_word(word: str) -> re.Pattern[str]:
+    """``word`` as a whole word, case-insensitive: no Latin letter, digit, ``_`` or ``-``
+    touches it; Chinese may ("最差的是South区" names South)."""
+    edge = f"{_ASCII_WORD}-"
+    return re.compile(rf"(?<![{edge}]){re.escape(word)}(?![{edge}])", re.IGNORECASE)
+
+
 def names(text: str, candidates: list[str] | tuple[str, ...]) -> list[str]:
     """Which of ``candidates`` the text names, as whole words (case-insensitive), in the
     order they first appear."""
     hits = []
     for c in candidates:
-        m = re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", text, re.IGNORECASE)
-        if m:
+        if m := whole_word(c).search(text):
             hits.append((m.start(), c))
     return [c for _, c in sorted(hits)]
 

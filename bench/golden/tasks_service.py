@@ -71,10 +71,7 @@ def mentions(text: str, word: str) -> list[int]:
     """Where ``word`` occurs: a whole word for Latin text, anywhere for Chinese."""
     if _CJK.search(word):
         return [m.start() for m in re.finditer(re.escape(word), text)]
-    # Latin letters, digits, "_" and "-" may not touch it; Chinese may (Python's \w counts
-    # Chinese as letters, and "订单B-1002已送达" names B-1002)
-    pattern = rf"(?<![A-Za-z0-9_-]){re.escape(word)}(?![A-Za-z0-9_-])"
-    return [m.start() for m in re.finditer(pattern, text, re.IGNORECASE)]
+    return [m.start() for m in reading.whole_word(word).finditer(text)]  # "订单B-1002已送达"
 
 
 def dates_in(text: str) -> list[tuple[int | None, int, int]]:

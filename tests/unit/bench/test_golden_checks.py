@@ -212,6 +212,8 @@ def test_numbers_are_read_whole() -> None:
     # Chinese characters may touch a number (Python's \w counts them as letters); Latin may not
     assert reading.numbers("共需要13天，约1,200元") == [13, 1200]
     assert reading.numbers("v13 and 13b") == []
+    assert reading.signed_changes("同比+3.7%，环比-0.7%") == [3.7, -0.7]
+    assert reading.names("最差的是South区，不是North-East", ["North", "South"]) == ["South"]
     assert reading.signed_changes("fell by 0.7 percent; grew 3.7%; +2%") == [-0.7, 3.7, 2]
     assert reading.signed_changes("revenue was 0.7% of sales") == []
 
