@@ -236,8 +236,8 @@ def test_the_shipped_defaults_are_per_model(monkeypatch: pytest.MonkeyPatch) -> 
 def test_only_auto_requests_get_the_defaults(choice: Any) -> None:
     """A required or named request keeps every tool it offers: the ranking's floor once
     dropped the one tool a named choice pointed at (a 200 where a 400 was due)."""
-    req = _req().model_copy(update={"tool_choice": choice})
-    req = ChatCompletionRequest.model_validate(req.model_dump(exclude_none=True))
+    body = {**_req().model_dump(exclude_none=True), "tool_choice": choice}
+    req = ChatCompletionRequest.model_validate(body)  # parsed, as a request's body is
     assert ON.apply(req) == (req, [])
     assert ON.apply(_req())[1] == ["tool_rank", "abstain", "decide"]
 
