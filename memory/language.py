@@ -24,10 +24,12 @@ import re
 
 __all__ = [
     "CJK_TOKENS_PER_CHAR",
+    "char_pairs",
     "cjk_chars",
     "covers",
     "estimate_tokens",
     "has_cjk",
+    "text_units",
     "zh_correction",
     "zh_explicit_request",
     "zh_forget_request",
@@ -42,7 +44,10 @@ CJK_TOKENS_PER_CHAR = 0.65
 _CJK = re.compile(
     r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
 )
-_IDEOGRAPH = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_IDEOGRAPHS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # for a character class
+_IDEOGRAPH = re.compile(rf"[{_IDEOGRAPHS}]")
+_CJK_RUN = re.compile(rf"[{_IDEOGRAPHS}]+")
+_NON_CJK_WORD = re.compile(rf"[^\W{_IDEOGRAPHS}]+")
 
 
 def has_cjk(text: str) -> bool:
@@ -200,7 +205,19 @@ def zh_self_statements(message: str) -> list[str]:
     return out
 
 
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+def char_pairs(text: str) -> set[str]:
+    """The character pairs of ``text``'s Chinese runs (a one-character run is its own unit):
+    Chinese has no spaces, so pairs stand in for its words when texts are compared."""
+    return {r[i : i + 2] for r in _CJK_RUN.findall(text) for i in range(max(1, len(r) - 1))}
+
+
+def text_units(text: str) -> set[str]:
+    """What two texts in either language are compared by: the lower-cased words of the
+    text that is not Chinese, and `char_pairs` of the Chinese."""
+    lowered = text.lower()
+    return set(_NON_CJK_WORD.findall(lowered)) | char_pairs(lowered)
+
+
 _TARGET_SKIP = re.compile(r"^(?:我的|我们的|我|关于|有关)|(?:的事情?|这件事|的信息|的一切)$")
 
 
@@ -212,8 +229,7 @@ def covers(text: str, target: str) -> bool:
     target = _TARGET_SKIP.sub("", target.strip())
     if not has_cjk(target):
         return False
-    runs = _CJK_RUN.findall(target)
-    pairs = {r[i : i + 2] for r in runs for i in range(max(1, len(r) - 1))}
+    pairs = char_pairs(target)
     words = re.findall(r"[A-Za-z0-9]+", target.lower())
     low = text.lower()
     return all(p in text for p in pairs) and all(w in low for w in words)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from typing import Any, Protocol
 
@@ -34,6 +33,7 @@ from agent.core.settings import AgentConfig, Limits, PlanMode
 from agent.core.state import AgentState, Plan, PlanItem, PlanStep, ToolStep
 from agent.exceptions import AgentError
 from agent.tools.registry import ToolRegistry
+from memory.language import text_units
 
 __all__ = [
     "PLAN_FORMAT",
@@ -127,22 +127,11 @@ def _parse_steps(text: str) -> tuple[bool, list[str]]:
     return bool(value.get("multi_step", True)), goals[:MAX_ITEMS]
 
 
-_CJK = "\u3400-\u9fff"
-
-
-def _words(text: str) -> set[str]:
-    """Words, and for Chinese (written without spaces) character pairs."""
-    lowered = text.lower()
-    units = set(re.findall(rf"[^\W{_CJK}]+", lowered))
-    for run in re.findall(rf"[{_CJK}]+", lowered):
-        units |= {run[i : i + 2] for i in range(max(1, len(run) - 1))}
-    return units
-
-
 def _echoes(goal: str, step: str) -> bool:
-    """`step` is the goal copied (most of a long goal's words), not one action of it."""
-    want = _words(goal)
-    return len(want) >= 8 and len(want & _words(step)) >= 0.8 * len(want)
+    """`step` is the goal copied (most of a long goal's words, or of a Chinese goal's
+    character pairs), not one action of it."""
+    want = text_units(goal)
+    return len(want) >= 8 and len(want & text_units(step)) >= 0.8 * len(want)
 
 
 async def _ask(
