@@ -64,6 +64,9 @@ def test_team_file_through_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
     # the coordinator's prompt carried the team instructions and the file's own
     first = next(r for r in model.chat_requests if "sales" in tool_names(r))
     assert "sales worker for the figures first" in first["messages"][0]["content"]
+    # and the rule that a request of several parts gets a worker call for each part (small
+    # coordinators answered after the first worker: docs/results/models-2026-12-05/NOTES.md)
+    assert "call the worker for the next part" in first["messages"][0]["content"]
     console = Console(record=True, width=240)
     show_trace(out["run_id"], console=console)
     assert console.export_text().count("worker run ") == 2
