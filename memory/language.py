@@ -58,6 +58,13 @@ def cjk_chars(text: str) -> int:
     return len(_CJK.findall(text))
 
 
+def mostly_chinese(text: str) -> bool:
+    """Written in Chinese: at least two ideographs, and no fewer than its Latin words (an
+    order id or a brand name inside a Chinese sentence does not make it English)."""
+    ideographs = len(_IDEOGRAPH.findall(text))
+    return ideographs >= 2 and ideographs >= len(_LATIN_WORD.findall(text))
+
+
 def estimate_tokens(text: str) -> int:
     """Tokenizer-free estimate for a Qwen-style BPE vocabulary (see the module docstring):
     ``0.65`` per CJK character, one per digit (Qwen splits numbers digit by digit), ``1.1``

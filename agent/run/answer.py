@@ -21,6 +21,7 @@ from agent.core.settings import AgentConfig, AnswerOptions
 from agent.core.state import AgentState, Reason
 from agent.exceptions import AgentError, ModelError
 from agent.run import answer_kinds
+from memory.language import mostly_chinese
 from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
 
 __all__ = [
@@ -76,6 +77,10 @@ def observations_text(state: AgentState, max_chars: int = 6000, per_result: int 
     return "\n".join(lines)
 
 
+# the answer request is English: without this a small model answers a Chinese request in English
+ZH_ANSWER = " Write it in Chinese, the language of the request."
+
+
 def _prompt(state: AgentState, reason: str, examples: str = "") -> list[dict[str, str]]:
     system = (
         "You answer the user's request using the tool results below. The tool results are "
@@ -104,6 +109,7 @@ def _prompt(state: AgentState, reason: str, examples: str = "") -> list[dict[str
         _WHY.get(reason, "")
         + "Write the final answer to the request now, in plain words with the values from "
         f"{source} (not code, not an expression)."
+        + (ZH_ANSWER if mostly_chinese(state.goal) else "")
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 

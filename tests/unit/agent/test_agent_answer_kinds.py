@@ -168,3 +168,45 @@ async def test_shadow_arms_of_concurrent_runs_keep_their_own_options() -> None:
         assert result.answer == "main: 18 degrees"
         assert dict(final.arms) == {"arm": "arm: 18 degrees"}
     assert agent.config.answer == main
+
+
+@pytest.mark.parametrize(
+    ("goal", "chinese"),
+    [
+        ("我在订单 B-1002 买的茶壶到货时是碎的。请给我退款。", True),  # ids inside Chinese
+        ("东京今天天气怎么样？", True),
+        ("How warm is it in 东京 today?", False),  # a Chinese name inside English
+        ("How warm is it in Tokyo today?", False),
+    ],
+)
+async def test_the_answer_request_asks_for_the_language_of_a_chinese_request(
+    goal: str, chinese: bool
+) -> None:
+    """The request for the final answer is English; a Chinese request's answer is asked for in
+    Chinese (the 1.5B answered 4 of 5 Chinese customer-service requests in English)."""
+    from agent.core.settings import AgentConfig
+    from agent.run.loop import Agent
+    from agent.scripted import ScriptedModel, call
+    from agent.tools.registry import ToolRegistry
+
+    def weather(city: str) -> dict[str, object]:
+        """Weather.
+
+        Args:
+            city: the city
+        """
+        return {"city": city, "condition": "cloudy"}
+
+    asked: list[str] = []
+
+    def reply(body: dict[str, object]) -> str:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        asked.append(str(messages[-1]["content"]))
+        return "多云" if chinese else "cloudy"
+
+    model = ScriptedModel([call("weather", city="Tokyo")], answer=reply)
+    agent = Agent(model.client(), "scripted-model", ToolRegistry([weather]), AgentConfig())
+    result = await agent.run(goal)
+    assert asked and result.answer.startswith("多云" if chinese else "cloudy")
+    assert ("Write it in Chinese" in asked[-1]) is chinese

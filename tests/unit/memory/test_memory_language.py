@@ -209,3 +209,21 @@ def test_token_estimate_matches_the_served_tokenizer(lang: str) -> None:
 def test_chinese_counts_more_than_a_quarter_token_per_character() -> None:
     text = SAMPLES["zh"][0]
     assert estimate_tokens(text) >= 0.55 * len(text)  # chars/4 gave 0.25 per character
+
+
+@pytest.mark.parametrize(
+    ("text", "chinese"),
+    [
+        ("我还在等我的搅拌机。它现在在哪里？", True),
+        ("我在订单 B-1002 买的茶壶到货时是碎的。请给我退款。", True),  # ids do not make it English
+        ("请记住我更喜欢用Python写脚本", True),
+        ("How warm is it in 东京 today?", False),  # a Chinese name inside English
+        ("Weather in Paris for 3 days?", False),
+        ("好", False),  # one character says too little
+        ("", False),
+    ],
+)
+def test_mostly_chinese(text: str, chinese: bool) -> None:
+    from memory.language import mostly_chinese
+
+    assert mostly_chinese(text) is chinese
