@@ -29,6 +29,7 @@ __all__ = [
     "covers",
     "estimate_tokens",
     "has_cjk",
+    "mostly_chinese",
     "text_units",
     "zh_correction",
     "zh_explicit_request",
