@@ -153,6 +153,36 @@ def answer_words(*words: str | tuple[str, ...]) -> Check:
     return check
 
 
+_CLAUSE_END = re.compile(r"[,.;:!?，。；：！？、\n]")
+_NEGATED_ZH = re.compile(r"[不没无未]")
+_NEGATED_EN = re.compile(r"(?:\b(?:no|not|without|never)|n't)\s+(?:\w+\s+)?$", re.I)
+
+
+def _negated(text: str, start: int) -> bool:
+    """The words just before ``start``, in the same clause, deny what follows: "没有下雨",
+    "不会下雪", "no rain", "not raining" (but "不冷，多云" says cloudy)."""
+    before = _CLAUSE_END.split(text[max(0, start - 24) : start])[-1]
+    return bool(_NEGATED_ZH.search(before[-3:]) or _NEGATED_EN.search(before))
+
+
+def answer_condition(condition: str) -> Check:
+    """The answer says the weather ``condition`` (a `data.CONDITION_WORDS` key) in English or
+    Chinese (`data.CONDITION_WORDS_ZH`: 多云, 下雨 ...), not negated in its clause."""
+    en = data.CONDITION_WORDS[condition]
+    zh = data.CONDITION_WORDS_ZH[condition]
+
+    def check(o: Outcome) -> list[str]:
+        text = o.answer
+        spans = [m.start() for w in en for m in reading.whole_word(w).finditer(text)]
+        spans += [m.start() for w in zh for m in re.finditer(re.escape(w), text)]
+        if any(not _negated(text, s) for s in spans):
+            return []
+        said = "only negated" if spans else "not"
+        return [f"answer says {condition} ({'/'.join((*en, *zh))}) {said}: {_quote(o)}"]
+
+    return check
+
+
 def answer_lacks(*phrases: str) -> Check:
     """None of the phrases appears (case-insensitive), e.g. an injected instruction."""
 

@@ -219,6 +219,16 @@ CONDITION_WORDS = {
     "cloudy": ("cloudy", "clouds", "cloud", "overcast"),
     "windy": ("windy", "wind"),
 }
+# ... and in Chinese: the characters a careful grader reads as that weather (晴 in 晴天, 晴朗;
+# 雨 in 下雨, 小雨, 阵雨); a negated one ("没有雨") is not the condition (checks.answer_condition).
+CONDITION_WORDS_ZH = {
+    "sunny": ("晴", "阳光"),
+    "rain": ("雨",),
+    "snow": ("雪",),
+    "clear": ("晴",),
+    "cloudy": ("多云", "阴", "云"),
+    "windy": ("风",),
+}
 
 
 # --- money ---------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any
 from bench.golden import checks as c
 from bench.golden.practice import practice_tasks
 from bench.golden.tasks import HERE, Task, all_tasks
-from bench.golden.tasks_multi import multi_tasks
+from bench.golden.tasks_multi import multi_tasks, team_zh_tasks
 from bench.golden.tasks_service import service_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -423,7 +423,9 @@ def recheck(path: Path) -> list[TaskResult]:
     """Judge a recorded run again with today's checkers (its task folders hold the files and
     side-effect logs the tools left)."""
     os.environ.setdefault("GOLDEN_WORKDIR", str(path / "reference"))
-    tasks = {t.id: t for t in [*golden_tasks(), *practice_tasks(), *multi_tasks()]}
+    tasks = {
+        t.id: t for t in [*golden_tasks(), *practice_tasks(), *multi_tasks(), *team_zh_tasks()]
+    }
     results = [r for r in load(path) if r.id in tasks]
     for r in results:
         check(tasks[r.id], r, path / "tasks" / r.id)
@@ -481,7 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--api-key", default=os.environ.get("LOOPSTACK_API_KEY", "test-key-123"))
     ap.add_argument("--fast", action="store_true", help="only the fast subset")
-    ap.add_argument("--set", choices=("golden", "practice", "multi", "service"), default="golden")
+    ap.add_argument(
+        "--set", choices=("golden", "practice", "multi", "service", "team_zh"), default="golden"
+    )
     ap.add_argument(
         "--plan", choices=("auto", "always", "never"), help="LOOPSTACK_AGENT_PLAN for every run"
     )
@@ -510,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         "practice": practice_tasks,
         "multi": multi_tasks,
         "service": service_tasks,
+        "team_zh": team_zh_tasks,
     }
     tasks = list(sets[args.set]())
     if args.plan:

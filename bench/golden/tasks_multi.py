@@ -2,7 +2,7 @@
 sales drill-downs across tools, files + calculator, research + summary, travel.
 
 ``loopstack bench golden run --set multi [--plan always]`` runs them (issue: plans and
-teams). Expected values come from `bench.golden.data`, checked with the strict checkers of
+teams); ``--set team_zh`` the travel team asked in Chinese. Expected values come from `bench.golden.data`, checked with the strict checkers of
 `bench.golden.checks`; a team task also checks, from the CLI's ``workers`` list, that each
 named worker was handed a sub-task and finished it.
 """
@@ -221,6 +221,37 @@ def _teams() -> list[MultiTask]:
             team="teams/travel.yaml",
             max_steps=6,
         ),
+    ]
+
+
+# The travel team asked in Chinese (``--set team_zh``): the same workers, tools and checkers as
+# ``team_travel``, the condition read in Chinese or English (`checks.answer_condition`).
+TRAVEL_ZH = (
+    ("team_travel_zh", "我带着500欧元飞往东京。这些钱能换多少日元？东京今天天气怎么样？",
+     500, "EUR", "JPY", "tokyo"),
+    ("team_travel_london_zh", "我下周带300美元去伦敦。能换多少英镑？伦敦今天的天气如何？",
+     300, "USD", "GBP", "london"),
+    ("team_travel_paris_zh", "我要带200英镑去巴黎旅行。换成欧元是多少？巴黎今天天气怎么样？",
+     200, "GBP", "EUR", "paris"),
+)  # fmt: skip
+
+
+def team_zh_tasks() -> list[MultiTask]:
+    return [
+        MultiTask(
+            task_id,
+            "team",
+            goal,
+            "",
+            c.all_of(
+                c.answer_number(round(amount * d.rate(base, quote), 2)),
+                c.answer_condition(d.WEATHER[city]["condition"]),
+                workers_done("weather", "money"),
+            ),
+            team="teams/travel.yaml",
+            max_steps=6,
+        )
+        for task_id, goal, amount, base, quote, city in TRAVEL_ZH
     ]
 
 

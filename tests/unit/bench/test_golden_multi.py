@@ -13,7 +13,8 @@ from bench.golden import checks as c
 from bench.golden import data as d
 from bench.golden import run as runner
 from bench.golden.tasks import HERE
-from bench.golden.tasks_multi import MultiTask, multi_tasks
+from bench.golden.tasks_multi import MultiTask, multi_tasks, team_zh_tasks
+from memory.language import mostly_chinese
 
 
 @pytest.fixture(autouse=True)
@@ -130,3 +131,74 @@ def test_results_carry_the_cost_per_task() -> None:
         "tool_calls": 3.0,
         "wall_s": 5.0,
     }
+
+
+def zh_task(task_id: str) -> MultiTask:
+    return next(t for t in team_zh_tasks() if t.id == task_id)
+
+
+TRAVEL_WORKERS = [{"name": "weather", "status": "done"}, {"name": "money", "status": "done"}]
+
+
+def test_the_chinese_travel_set_is_the_travel_team_asked_in_chinese() -> None:
+    tasks = team_zh_tasks()
+    assert [t.id for t in tasks] == [
+        "team_travel_zh",
+        "team_travel_london_zh",
+        "team_travel_paris_zh",
+    ]
+    assert all(t.team == "teams/travel.yaml" and mostly_chinese(t.goal) for t in tasks)
+    assert round(500 * d.rate("EUR", "JPY"), 2) == 81195.65  # what the money worker returns
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "500欧元可以兑换81195.65日元。东京今天多云，气温14°C。",
+        "约81195.65日元；东京今天阴天。",
+        "500 EUR is 81195.65 JPY, and Tokyo is cloudy today (14 °C).",
+        "东京今天不冷，多云。500欧元是81195.65日元。",  # 不 belongs to 冷, not to 多云
+    ],
+)
+def test_chinese_travel_accepts_a_right_answer_in_either_language(
+    workdir: Path, answer: str
+) -> None:
+    t = zh_task("team_travel_zh")
+    assert t.check(outcome(workdir, answer, workers=TRAVEL_WORKERS)) == []
+
+
+@pytest.mark.parametrize(
+    ("task_id", "answer"),
+    [
+        ("team_travel_zh", "500欧元可以兑换81195日元。东京今天多云。"),  # not the exact amount
+        ("team_travel_zh", "500欧元可以兑换81195.65日元。东京今天下雨。"),  # Tokyo is cloudy
+        ("team_travel_zh", "500欧元可以兑换81195.65日元。东京今天没有云，天气晴朗。"),
+        ("team_travel_zh", "500 EUR is 81195.65 JPY; Tokyo is not cloudy today."),
+        ("team_travel_zh", "500欧元可以兑换81195.65日元。"),  # no weather at all
+        ("team_travel_london_zh", "300美元可以换237英镑。伦敦今天不会下雨。"),
+        ("team_travel_london_zh", "300美元可以换237英镑。伦敦今天晴天。"),
+        ("team_travel_paris_zh", "200英镑约合232.92欧元。巴黎今天无风。"),
+        ("team_travel_paris_zh", "200英镑约合230欧元。巴黎今天有风。"),
+    ],
+)
+def test_chinese_travel_fails_a_wrong_or_denied_answer(
+    workdir: Path, task_id: str, answer: str
+) -> None:
+    assert zh_task(task_id).check(outcome(workdir, answer, workers=TRAVEL_WORKERS)) != []
+
+
+def test_chinese_travel_passes_london_and_paris_and_needs_both_workers(workdir: Path) -> None:
+    london, paris = zh_task("team_travel_london_zh"), zh_task("team_travel_paris_zh")
+    assert (
+        london.check(outcome(workdir, "可以换237英镑。伦敦今天下雨。", workers=TRAVEL_WORKERS))
+        == []
+    )
+    assert (
+        london.check(outcome(workdir, "237.0 GBP; London: light rain.", workers=TRAVEL_WORKERS))
+        == []
+    )
+    assert (
+        paris.check(outcome(workdir, "约232.92欧元。巴黎今天有风。", workers=TRAVEL_WORKERS)) == []
+    )
+    right = "约232.92欧元。巴黎今天刮大风。"
+    assert paris.check(outcome(workdir, right, workers=TRAVEL_WORKERS[:1])) != []  # money never ran
