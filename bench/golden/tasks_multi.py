@@ -2,9 +2,10 @@
 sales drill-downs across tools, files + calculator, research + summary, travel.
 
 ``loopstack bench golden run --set multi [--plan always]`` runs them (issue: plans and
-teams); ``--set team_zh`` the travel team asked in Chinese. Expected values come from `bench.golden.data`, checked with the strict checkers of
-`bench.golden.checks`; a team task also checks, from the CLI's ``workers`` list, that each
-named worker was handed a sub-task and finished it.
+teams); ``--set team_zh`` the travel team asked in Chinese. Expected values come from
+`bench.golden.data`, checked with the strict checkers of `bench.golden.checks`; a team task
+also checks, from the CLI's ``workers`` list, that each named worker was handed a sub-task and
+finished it.
 """
 
 from __future__ import annotations
