@@ -41,6 +41,21 @@ def workers_done(*names: str) -> c.Check:
     return check
 
 
+def workers_not_asked(*names: str) -> c.Check:
+    """None of the named workers was handed a task (the request needs nothing of theirs)."""
+
+    def check(o: c.Outcome) -> list[str]:
+        records = (o.out or {}).get("workers") or []
+        asked = {w.get("name") for w in records if isinstance(w, dict)}
+        return [
+            f"worker {n} was asked, though the request needs nothing of it"
+            for n in names
+            if n in asked
+        ]
+
+    return check
+
+
 def file_number(path: str, value: float) -> c.Check:
     """The workspace file holds ``value`` (read as a whole number, exactly)."""
 
@@ -253,6 +268,34 @@ def team_zh_tasks() -> list[MultiTask]:
             max_steps=6,
         )
         for task_id, goal, amount, base, quote, city in TRAVEL_ZH
+    ] + [  # one part only: the other worker has nothing to do (a coordinator that asks every
+        # worker whatever the request, fails these)
+        MultiTask(
+            "team_weather_only_zh",
+            "team",
+            "东京今天天气怎么样？",
+            "",
+            c.all_of(
+                c.answer_condition(d.WEATHER["tokyo"]["condition"]),
+                workers_done("weather"),
+                workers_not_asked("money"),
+            ),
+            team="teams/travel.yaml",
+            max_steps=6,
+        ),
+        MultiTask(
+            "team_money_only_zh",
+            "team",
+            "我有500欧元，能换多少日元？",
+            "",
+            c.all_of(
+                c.answer_number(round(500 * d.rate("EUR", "JPY"), 2)),
+                workers_done("money"),
+                workers_not_asked("weather"),
+            ),
+            team="teams/travel.yaml",
+            max_steps=6,
+        ),
     ]
 
 

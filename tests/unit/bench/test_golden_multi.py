@@ -146,6 +146,8 @@ def test_the_chinese_travel_set_is_the_travel_team_asked_in_chinese() -> None:
         "team_travel_zh",
         "team_travel_london_zh",
         "team_travel_paris_zh",
+        "team_weather_only_zh",
+        "team_money_only_zh",
     ]
     assert all(t.team == "teams/travel.yaml" and mostly_chinese(t.goal) for t in tasks)
     assert round(500 * d.rate("EUR", "JPY"), 2) == 81195.65  # what the money worker returns
@@ -202,3 +204,14 @@ def test_chinese_travel_passes_london_and_paris_and_needs_both_workers(workdir: 
     )
     right = "约232.92欧元。巴黎今天刮大风。"
     assert paris.check(outcome(workdir, right, workers=TRAVEL_WORKERS[:1])) != []  # money never ran
+
+
+def test_a_one_part_chinese_request_fails_when_the_other_worker_was_asked(workdir: Path) -> None:
+    weather, money = zh_task("team_weather_only_zh"), zh_task("team_money_only_zh")
+    only_weather, only_money = TRAVEL_WORKERS[:1], TRAVEL_WORKERS[1:]
+    assert weather.check(outcome(workdir, "东京今天多云，14°C。", workers=only_weather)) == []
+    assert weather.check(outcome(workdir, "东京今天多云，14°C。", workers=TRAVEL_WORKERS)) != []
+    assert weather.check(outcome(workdir, "东京今天下雨。", workers=only_weather)) != []
+    assert money.check(outcome(workdir, "可以换81195.65日元。", workers=only_money)) == []
+    assert money.check(outcome(workdir, "可以换81195.65日元。", workers=TRAVEL_WORKERS)) != []
+    assert money.check(outcome(workdir, "可以换81195日元。", workers=only_money)) != []
