@@ -252,49 +252,41 @@ TRAVEL_ZH = (
 )  # fmt: skip
 
 
+def _travel_team(task_id: str, goal: str, *checks: c.Check) -> MultiTask:
+    return MultiTask(
+        task_id, "team", goal, "", c.all_of(*checks), team="teams/travel.yaml", max_steps=6
+    )
+
+
 def team_zh_tasks() -> list[MultiTask]:
+    eur_jpy = round(500 * d.rate("EUR", "JPY"), 2)
+    tokyo = d.WEATHER["tokyo"]["condition"]
     return [
-        MultiTask(
-            task_id,
-            "team",
-            goal,
-            "",
-            c.all_of(
+        *(
+            _travel_team(
+                task_id,
+                goal,
                 c.answer_number(round(amount * d.rate(base, quote), 2)),
                 c.answer_condition(d.WEATHER[city]["condition"]),
                 workers_done("weather", "money"),
-            ),
-            team="teams/travel.yaml",
-            max_steps=6,
-        )
-        for task_id, goal, amount, base, quote, city in TRAVEL_ZH
-    ] + [  # one part only: the other worker has nothing to do (a coordinator that asks every
-        # worker whatever the request, fails these)
-        MultiTask(
-            "team_weather_only_zh",
-            "team",
-            "东京今天天气怎么样？",
-            "",
-            c.all_of(
-                c.answer_condition(d.WEATHER["tokyo"]["condition"]),
-                workers_done("weather"),
-                workers_not_asked("money"),
-            ),
-            team="teams/travel.yaml",
-            max_steps=6,
+            )
+            for task_id, goal, amount, base, quote, city in TRAVEL_ZH
         ),
-        MultiTask(
+        # one part only: the other worker has nothing to do (a coordinator that asks every
+        # worker whatever the request fails these)
+        _travel_team(
+            "team_weather_only_zh",
+            "东京今天天气怎么样？",
+            c.answer_condition(tokyo),
+            workers_done("weather"),
+            workers_not_asked("money"),
+        ),
+        _travel_team(
             "team_money_only_zh",
-            "team",
             "我有500欧元，能换多少日元？",
-            "",
-            c.all_of(
-                c.answer_number(round(500 * d.rate("EUR", "JPY"), 2)),
-                workers_done("money"),
-                workers_not_asked("weather"),
-            ),
-            team="teams/travel.yaml",
-            max_steps=6,
+            c.answer_number(eur_jpy),
+            workers_done("money"),
+            workers_not_asked("weather"),
         ),
     ]
 
