@@ -168,17 +168,14 @@ def _negated(text: str, start: int) -> bool:
 def answer_condition(condition: str) -> Check:
     """The answer says the weather ``condition`` (a `data.CONDITION_WORDS` key) in English or
     Chinese (`data.CONDITION_WORDS_ZH`: 多云, 下雨 ...), not negated in its clause."""
-    en = data.CONDITION_WORDS[condition]
-    zh = data.CONDITION_WORDS_ZH[condition]
+    words = (*data.CONDITION_WORDS[condition], *data.CONDITION_WORDS_ZH[condition])
 
     def check(o: Outcome) -> list[str]:
-        text = o.answer
-        spans = [m.start() for w in en for m in reading.whole_word(w).finditer(text)]
-        spans += [m.start() for w in zh for m in re.finditer(re.escape(w), text)]
-        if any(not _negated(text, s) for s in spans):
+        spans = [at for w in words for at in reading.mentions(o.answer, w)]
+        if any(not _negated(o.answer, at) for at in spans):
             return []
         said = "only negated" if spans else "not"
-        return [f"answer says {condition} ({'/'.join((*en, *zh))}) {said}: {_quote(o)}"]
+        return [f"answer says {condition} ({'/'.join(words)}) {said}: {_quote(o)}"]
 
     return check
 

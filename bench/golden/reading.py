@@ -98,6 +98,16 @@ def whole_word(word: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![{edge}]){re.escape(word)}(?![{edge}])", re.IGNORECASE)
 
 
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def mentions(text: str, word: str) -> list[int]:
+    """Where ``word`` occurs: a whole word for Latin text, anywhere for Chinese."""
+    if _CJK.search(word):
+        return [m.start() for m in re.finditer(re.escape(word), text)]
+    return [m.start() for m in whole_word(word).finditer(text)]  # "订单B-1002已送达"
+
+
 def names(text: str, candidates: list[str] | tuple[str, ...]) -> list[str]:
     """Which of ``candidates`` the text names, as whole words (case-insensitive), in the
     order they first appear."""

@@ -61,17 +61,9 @@ class ServiceTask(Task):
 
 # --- reading answers in both languages ---------------------------------------------------
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
 _ZH_DATE = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]")
 _NEGATION = re.compile(r"(?:\bnot?\b|\bnever\b|\bwithout\b|\bno\b|\brather than\b|\binstead of\b|"
                        r"不|别|勿|无需|避免|而非)[^.。!！?？;；]{0,24}$", re.I)  # fmt: skip
-
-
-def mentions(text: str, word: str) -> list[int]:
-    """Where ``word`` occurs: a whole word for Latin text, anywhere for Chinese."""
-    if _CJK.search(word):
-        return [m.start() for m in re.finditer(re.escape(word), text)]
-    return [m.start() for m in reading.whole_word(word).finditer(text)]  # "订单B-1002已送达"
 
 
 def dates_in(text: str) -> list[tuple[int | None, int, int]]:
@@ -116,7 +108,7 @@ def found_order(order_id: str) -> c.Check:
             errors.append(
                 f"answer lacks the delivery estimate {eta.isoformat()}: {out.answer[:160]!r}"
             )
-        others = [i for i in ORDER_IDS if i != order_id and mentions(out.answer, i)]
+        others = [i for i in ORDER_IDS if i != order_id and reading.mentions(out.answer, i)]
         if others:
             errors.append(f"answer names other orders {others}: {out.answer[:160]!r}")
         return errors
@@ -165,9 +157,9 @@ def recalled_channel(want: tuple[str, ...], refused: tuple[str, ...]) -> c.Check
     def check(out: c.Outcome) -> list[str]:
         text = out.answer
         errors = []
-        if not any(_offered(text, at) for w in want for at in mentions(text, w)):
+        if not any(_offered(text, at) for w in want for at in reading.mentions(text, w)):
             errors.append(f"answer does not offer {want[0]}: {text[:160]!r}")
-        bad = [w for w in refused for at in mentions(text, w) if _offered(text, at)]
+        bad = [w for w in refused for at in reading.mentions(text, w) if _offered(text, at)]
         if bad:
             errors.append(f"answer offers the refused channel {bad[0]!r}: {text[:160]!r}")
         return errors
