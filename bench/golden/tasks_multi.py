@@ -11,6 +11,7 @@ finished it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from bench.golden import checks as c
 from bench.golden import data as d
@@ -28,14 +29,19 @@ class MultiTask(Task):
     team: str = ""  # a team file under bench/golden/ (--team)
 
 
+def _workers(o: c.Outcome) -> list[dict[str, Any]]:
+    """The CLI's ``workers`` records of a run: one per sub-task handed out."""
+    return [w for w in (o.out or {}).get("workers") or [] if isinstance(w, dict)]
+
+
 def workers_done(*names: str) -> c.Check:
     """Each named worker got a sub-task and finished it (status done)."""
 
     def check(o: c.Outcome) -> list[str]:
-        records = (o.out or {}).get("workers") or []
-        done = {w.get("name") for w in records if isinstance(w, dict) and w.get("status") == "done"}
+        records = _workers(o)
+        done = {w.get("name") for w in records if w.get("status") == "done"}
         missing = [n for n in names if n not in done]
-        seen = [(w.get("name"), w.get("status")) for w in records if isinstance(w, dict)]
+        seen = [(w.get("name"), w.get("status")) for w in records]
         return [f"worker {n} did not finish a sub-task; workers: {seen}" for n in missing]
 
     return check
@@ -45,8 +51,7 @@ def workers_not_asked(*names: str) -> c.Check:
     """None of the named workers was handed a task (the request needs nothing of theirs)."""
 
     def check(o: c.Outcome) -> list[str]:
-        records = (o.out or {}).get("workers") or []
-        asked = {w.get("name") for w in records if isinstance(w, dict)}
+        asked = {w.get("name") for w in _workers(o)}
         return [
             f"worker {n} was asked, though the request needs nothing of it"
             for n in names
