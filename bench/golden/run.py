@@ -74,6 +74,16 @@ def golden_tasks() -> list[Task]:
     return [*all_tasks(), *service_tasks()]
 
 
+# The task sets `--set` names (service's ten tasks are part of golden too).
+SETS: dict[str, Callable[[], Sequence[Task]]] = {
+    "golden": golden_tasks,
+    "practice": practice_tasks,
+    "multi": multi_tasks,
+    "service": service_tasks,
+    "team_zh": team_zh_tasks,
+}
+
+
 def parse_last_json(stdout: str) -> dict[str, Any] | None:
     lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
     if not lines:
@@ -423,9 +433,7 @@ def recheck(path: Path) -> list[TaskResult]:
     """Judge a recorded run again with today's checkers (its task folders hold the files and
     side-effect logs the tools left)."""
     os.environ.setdefault("GOLDEN_WORKDIR", str(path / "reference"))
-    tasks = {
-        t.id: t for t in [*golden_tasks(), *practice_tasks(), *multi_tasks(), *team_zh_tasks()]
-    }
+    tasks = {t.id: t for make in SETS.values() for t in make()}
     results = [r for r in load(path) if r.id in tasks]
     for r in results:
         check(tasks[r.id], r, path / "tasks" / r.id)
@@ -483,9 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--api-key", default=os.environ.get("LOOPSTACK_API_KEY", "test-key-123"))
     ap.add_argument("--fast", action="store_true", help="only the fast subset")
-    ap.add_argument(
-        "--set", choices=("golden", "practice", "multi", "service", "team_zh"), default="golden"
-    )
+    ap.add_argument("--set", choices=tuple(SETS), default="golden")
     ap.add_argument(
         "--plan", choices=("auto", "always", "never"), help="LOOPSTACK_AGENT_PLAN for every run"
     )
@@ -509,14 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["GOLDEN_WORKDIR"] = str(out_dir / "reference")  # expected values are computed here
-    sets: dict[str, Callable[[], Sequence[Task]]] = {
-        "golden": golden_tasks,
-        "practice": practice_tasks,
-        "multi": multi_tasks,
-        "service": service_tasks,
-        "team_zh": team_zh_tasks,
-    }
-    tasks = list(sets[args.set]())
+    tasks = list(SETS[args.set]())
     if args.plan:
         os.environ["LOOPSTACK_AGENT_PLAN"] = args.plan  # each CLI run reads it
     if args.fast:
