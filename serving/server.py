@@ -55,7 +55,7 @@ from serving.metrics import Metrics
 from serving.prompt import BackgroundTokenizer, PromptBuilder
 from serving.selection.defaults import selection_defaults
 from serving.selection.rank import ToolRanker
-from serving.selection.requests import ServerEmbedder
+from serving.selection.requests import MultilingualEmbedder, ServerEmbedder
 
 logger = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace_id=%(trace_id)s] %(message)s"
@@ -164,7 +164,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
             metrics=metrics,
             max_tool_tokens=settings.max_tool_tokens,
             backend=backend,
-            ranker=ToolRanker(ServerEmbedder(embeddings)),
+            ranker=ToolRanker(
+                ServerEmbedder(embeddings),
+                multilingual=MultilingualEmbedder() if MultilingualEmbedder.available() else None,
+            ),
             selection=selection,
         ),
         embeddings=embeddings,

@@ -7,7 +7,10 @@ server's opt-in extension ``loopstack.tool_rank`` (`serving.selection.requests`)
 runtime's ranked selection asks for (`agent.core.selection`); it depends only on an `Embedder`.
 
 * A tool's *document* is its name (split into words), description and parameter names (with
-  their descriptions and enum values, cut), as `tool_document` writes it.
+  their descriptions and enum values, cut), as `tool_document` writes it. Examples of argument
+  values in a parameter's description ("e.g., 'Asia/Tokyo'", "for example 2025-03") are left
+  out: they say what a value looks like, not what the tool does, and a request naming that
+  value (Tokyo) would pull the tool up (``convert_time`` above ``get_current_time``).
 * Its vector is computed once per distinct tool (the key is a hash of its JSON) and cached,
   so an agent that re-sends the same tools every step embeds only the query.
 * The score is the cosine of query and document (dense) plus ``keyword_weight`` times a
@@ -15,6 +18,10 @@ runtime's ranked selection asks for (`agent.core.selection`); it depends only on
   in the set (keyword recall: exact identifiers, such as a region or a file name, that a
   small embedding model blurs).
 * Ties keep the order as given, so a ranking is a pure function of (query, tools).
+* The English embedder (MiniLM) ranks requests written mostly in Latin script; a request in
+  another script (Chinese) is ranked by the ``multilingual`` embedder where one is given
+  (multilingual-e5-small). A relevance floor is only meaningful on the scale it was set on,
+  English requests against English tool descriptions: `floor_applies` says whether it is.
 """
 
 from __future__ import annotations
@@ -31,11 +38,20 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Embedder", "RankedTool", "ToolRanker", "tool_document", "tool_key"]
+__all__ = [
+    "Embedder",
+    "RankedTool",
+    "ToolRanker",
+    "floor_applies",
+    "latin_share",
+    "tool_document",
+    "tool_key",
+]
 
 
 class Embedder(Protocol):
-    """Texts to unit-norm float32 vectors, one row each (the server's embedding model)."""
+    """Texts to unit-norm float32 vectors, one row each (the server's embedding model). An
+    embedder with an ``embed_query`` method (e5's ``query:`` prefix) embeds the request by it."""
 
     async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]: ...
 
@@ -47,11 +63,44 @@ _STOP = frozenset(
     "not no any all some as into about".split()
 )
 _DOC_CHARS = 1200  # the embedder reads ~256 word pieces: more is noise for MiniLM
+# An example of a value in a parameter's description: "(e.g., 'America/New_York')", or from
+# "for example" / "such as" / "e.g." to the end of its sentence ("Ticker, for example ACME.").
+_EXAMPLE = re.compile(
+    r"\s*\((?:e\.g\.|eg\.|for example|for instance|such as)[^)]*\)"
+    r"|[,;]?\s*\b(?:e\.g\.|for example|for instance|such as)(?:\s|,|:).*?(?:\.(?=\s|$)|$)",
+    re.I,
+)
+_LATIN = re.compile(r"[A-Za-z]")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_CJK_WEIGHT = 3  # one CJK character carries about as much as three Latin letters
 
 
 def _words(text: str) -> list[str]:
     """Lower-case words of `text`, identifiers split (``get_weather``, ``listFiles``)."""
     return [w.lower() for w in _WORD.findall(text)]
+
+
+def latin_share(text: str) -> float:
+    """The share of `text`'s letters in Latin script (1.0 when it has none): ASCII letters
+    against other letters, a CJK character counted as `_CJK_WEIGHT` letters."""
+    latin = len(_LATIN.findall(text))
+    cjk = len(_CJK.findall(text))
+    other = sum(1 for ch in text if ch.isalpha() and not ch.isascii()) - cjk
+    total = latin + _CJK_WEIGHT * cjk + other
+    return latin / total if total else 1.0
+
+
+def _drop_example(m: re.Match[str]) -> str:
+    return "." if m.group(0).endswith(".") else ""
+
+
+def floor_applies(query: str) -> bool:
+    """Whether a relevance floor means what it was set to mean for `query`: the floor was
+    chosen on English requests against English tool descriptions, and a request in another
+    script scores far lower against them for the same fit (a Chinese request's right tool
+    scores ~0.18 where its English twin's scores ~0.98: docs/benchmarks.md, "Tool selection
+    in Chinese"). True when most of its letters are Latin."""
+    return latin_share(query) >= 0.5
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +126,7 @@ def tool_document(tool: dict[str, Any]) -> str:
         for pname, sub in props.items():
             text = " ".join(_words(str(pname)))
             if isinstance(sub, dict):
-                desc = str(sub.get("description") or "")[:80]
+                desc = _EXAMPLE.sub(_drop_example, str(sub.get("description") or ""))[:80]
                 enum = sub.get("enum")
                 if isinstance(enum, list):
                     desc += " (" + ", ".join(str(v) for v in enum[:8]) + ")"
@@ -101,39 +150,60 @@ class RankedTool:
 
 
 class ToolRanker:
-    """Ranks tools for a query; tool vectors cached by `tool_key` (LRU)."""
+    """Ranks tools for a query; tool vectors cached by `tool_key` (LRU), per embedder.
+
+    `embedder` ranks requests mostly in Latin script; `multilingual` (optional) the others
+    (`floor_applies` is the test): without it, every request goes to `embedder`."""
 
     def __init__(
-        self, embedder: Embedder, *, keyword_weight: float = 0.3, cache_size: int = 4096
+        self,
+        embedder: Embedder,
+        *,
+        multilingual: Embedder | None = None,
+        keyword_weight: float = 0.3,
+        cache_size: int = 4096,
     ) -> None:
         self.embedder = embedder
+        self.multilingual = multilingual
         self.keyword_weight = keyword_weight
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._vectors: dict[int, OrderedDict[str, np.ndarray]] = {}
         self._size = cache_size
-        self.embedded = 0  # tool documents embedded so far (the cache's misses)
+        self.embedded = 0  # tool documents embedded so far (the caches' misses)
 
-    async def _tool_vectors(self, tools: Sequence[dict[str, Any]]) -> np.ndarray:
+    def embedder_for(self, query: str) -> Embedder:
+        """The embedder that ranks `query`: the multilingual one for a request mostly in
+        another script than Latin, where there is one."""
+        if self.multilingual is not None and not floor_applies(query):
+            return self.multilingual
+        return self.embedder
+
+    async def _tool_vectors(
+        self, embedder: Embedder, tools: Sequence[dict[str, Any]]
+    ) -> np.ndarray:
+        cache = self._vectors.setdefault(id(embedder), OrderedDict())
         keys = [tool_key(t) for t in tools]
-        missing = {k: t for k, t in zip(keys, tools, strict=True) if k not in self._vectors}
+        missing = {k: t for k, t in zip(keys, tools, strict=True) if k not in cache}
         if missing:
             docs = [tool_document(t) for t in missing.values()]
-            vectors = await self.embedder.embed(docs)
+            vectors = await embedder.embed(docs)
             self.embedded += len(docs)
             for k, v in zip(missing, vectors, strict=True):
-                self._vectors[k] = np.asarray(v, dtype=np.float32)
+                cache[k] = np.asarray(v, dtype=np.float32)
         for k in keys:
-            self._vectors.move_to_end(k)
-        out = np.stack([self._vectors[k] for k in keys])
-        while len(self._vectors) > self._size:
-            self._vectors.popitem(last=False)
+            cache.move_to_end(k)
+        out = np.stack([cache[k] for k in keys])
+        while len(cache) > self._size:
+            cache.popitem(last=False)
         return out
 
     async def rank(self, query: str, tools: Sequence[dict[str, Any]]) -> list[RankedTool]:
         """`tools` (OpenAI tool objects or bare functions) ranked for `query`, best first."""
         if not tools:
             return []
-        docs = await self._tool_vectors(tools)
-        q = (await self.embedder.embed([query]))[0]
+        embedder = self.embedder_for(query)
+        docs = await self._tool_vectors(embedder, tools)
+        embed_query = getattr(embedder, "embed_query", None) or embedder.embed
+        q = (await embed_query([query]))[0]
         dense = docs @ np.asarray(q, dtype=np.float32)
         keyword = _keyword_scores(query, [tool_document(t) for t in tools])
         ranked = [

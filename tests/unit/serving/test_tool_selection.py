@@ -233,6 +233,16 @@ async def test_tool_rank_offers_the_best_first_and_cuts_to_top_k(guidance: Harne
     )
     assert resp.status_code == 200 and resp.headers["x-loopstack-tools-offered"] == ""
     assert resp.json()["choices"][0]["message"]["content"] == "no tool needed"
+    # the floor was set on English requests: a Chinese one keeps its tools, cut by top_k only
+    h.engine.requests.clear()
+    zh = [{"role": "user", "content": "巴黎今天天气怎么样？"}]
+    rank = {"min_score": 1.9, "top_k": 2}
+    resp = await post_chat(h, messages=zh, tools=tools, loopstack={"tool_rank": rank})
+    assert resp.status_code == 200, resp.text
+    offered = resp.headers["x-loopstack-tools-offered"].split(",")
+    assert len(offered) == 2, offered
+    prompt = h.engine.requests[0][1]["prompt"]
+    assert all(name in prompt for name in offered)
     # an ordinary request is unchanged: no header, the tools as given
     h.engine.requests.clear()
     h.engine.constrained = [call("sales_total", {"q": "x"})]
