@@ -48,14 +48,17 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bench.common import CORPUS_PATH
 from bench.corpus.text import humanize
 
 HERE = Path(__file__).parent
 GOLDEN_ITEMS = HERE / "selection_golden.json"
+ZH_ITEMS = HERE / "selection_zh.json"
 ABSTENTION = HERE / "abstention.json"
+TIME_TOOLS = HERE / "time_tools.json"
+Lang = Literal["en", "zh"]
 GOLDEN_TOOLS = HERE.parent / "golden"
 ARMS = ("given", "reversed", "shuffled", "ranked", "top3", "top5", "top5+abstain")
 # Composed arms (also on the abstention set, `--abstention-arms`): a base (given, ranked, topK)
@@ -140,26 +143,29 @@ def load_pool() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     return rows, {r["tool"]["function"]["name"]: r["tool"] for r in rows}
 
 
-def selection_items(n_items: int, size: int, seed: int) -> list[Item]:
+def selection_items(n_items: int, size: int, seed: int, lang: Lang = "en") -> list[Item]:
+    """The golden items (English: `GOLDEN_ITEMS`; Chinese: `ZH_ITEMS`) and, in English, the
+    first `n_items` corpus items, each with the right tool among `size` at a seeded position."""
     rows, by_name = load_pool()
     golden = golden_tools()
+    named = {**by_name, **golden, **time_tools()}  # a look-alike may be any of these
     small = [t for t in [*by_name.values(), *golden.values()] if len(json.dumps(t)) <= 900]
     rng = random.Random(seed)
     candidates = [r for r in rows if len(json.dumps(r["tool"])) <= 1500]
     rng.shuffle(candidates)
     picked: list[tuple[str, str, dict[str, Any], dict[str, Any], list[str]]] = []
-    for g in json.loads(GOLDEN_ITEMS.read_text()):
-        picked.append((g["id"], g["prompt"], golden[g["tool"]], g["expected"], g.get("near", [])))
-    for r in candidates:
-        params = r["tool"]["function"]["parameters"]
-        exp = expected_values(r["prompt"], params)
-        picked.append((r["id"], r["prompt"], r["tool"], exp, r.get("distractors", [])))
-    picked = picked[: len(picked) - len(candidates) + n_items]  # the golden ones + n_items
+    for g in json.loads((ZH_ITEMS if lang == "zh" else GOLDEN_ITEMS).read_text()):
+        picked.append((g["id"], g["prompt"], named[g["tool"]], g["expected"], g.get("near", [])))
+    if lang == "en":  # the corpus requests are English templates
+        for r in candidates[:n_items]:
+            params = r["tool"]["function"]["parameters"]
+            exp = expected_values(r["prompt"], params)
+            picked.append((r["id"], r["prompt"], r["tool"], exp, r.get("distractors", [])))
     items = []
     for iid, prompt, tool, exp, near in picked:
         rng_i = random.Random(f"{seed}:{iid}:{size}")
         name = tool["function"]["name"]
-        others = [by_name.get(n) or golden.get(n) for n in near]
+        others = [named.get(n) for n in near]
         chosen = [t for t in others if t is not None and t["function"]["name"] != name]
         pool = [t for t in small if t["function"]["name"] != name]
         rng_i.shuffle(pool)
@@ -175,14 +181,22 @@ def selection_items(n_items: int, size: int, seed: int) -> list[Item]:
     return items
 
 
-def abstention_items() -> list[Item]:
+def abstention_items(lang: Lang = "en") -> list[Item]:
+    """The 40 requests no offered tool fits, asked in English or (``prompt_zh``) Chinese."""
     golden = golden_tools()
     _, corpus = load_pool()
     items = []
     for i, a in enumerate(json.loads(ABSTENTION.read_text())):
         tools = [golden.get(n) or corpus.get(n) or _inline(n, a) for n in a["tools"]]
-        items.append(Item(f"abstain-{i:02d}", a["prompt"], None, {}, tuple(tools)))
+        prompt = a["prompt_zh"] if lang == "zh" else a["prompt"]
+        items.append(Item(f"abstain-{i:02d}", prompt, None, {}, tuple(tools)))
     return items
+
+
+def time_tools() -> dict[str, dict[str, Any]]:
+    """The MCP time server's two tools as an agent offers them (`mcp-server-time`, its local
+    time zone UTC), for the Chinese items that ask the time."""
+    return {t["function"]["name"]: t for t in json.loads(TIME_TOOLS.read_text())}
 
 
 def _inline(name: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -321,11 +335,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     model = args.model or (await client.models.list()).data[0].id
     jobs: list[tuple[Item, str, list, dict]] = []
     for size in args.sizes:
-        for item in selection_items(args.items, size, args.seed):
+        for item in selection_items(args.items, size, args.seed, args.lang):
             for arm in args.arms:
                 jobs.append((item, arm, *arm_request(item, arm, args.seed, args.min_score)))
     if args.abstention:
-        for item in abstention_items()[: args.abstention_limit]:
+        for item in abstention_items(args.lang)[: args.abstention_limit]:
             for arm in args.abstention_arms:
                 tools, ext = arm_request(item, arm, args.seed, args.min_score)
                 jobs.append((item, arm, tools, ext))
@@ -357,36 +371,49 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
-    """No model: the server's ranking (`serving.selection.rank`, MiniLM) on the same items - is its
-    order the same whatever the input order, where does the right tool land, and what a
-    ``min_score`` floor keeps of the right tools and leaves of the abstention requests."""
+    """No model: the server's ranking (`serving.selection.rank`: MiniLM, and multilingual-e5
+    for requests mostly in another script, as the server builds it) on the same items - is its
+    order the same whatever the input order, where does the right tool land (first, in the
+    top 3, top 5), and what a ``min_score`` floor keeps of the right tools and leaves of the
+    abstention requests, with the share of requests the server applies a floor to at all."""
     from serving.embeddings import EmbeddingService
-    from serving.selection.rank import ToolRanker
-    from serving.selection.requests import ServerEmbedder
+    from serving.selection.rank import ToolRanker, floor_applies
+    from serving.selection.requests import MultilingualEmbedder, ServerEmbedder
 
-    ranker = ToolRanker(ServerEmbedder(EmbeddingService("all-MiniLM-L6-v2")))
-    same = total = 0
-    first: dict[int, list[int]] = {}
+    multilingual = MultilingualEmbedder() if MultilingualEmbedder.available() else None
+    english = ServerEmbedder(EmbeddingService("all-MiniLM-L6-v2"))
+    ranker = ToolRanker(english, multilingual=multilingual)
+    same = total = floored = 0
+    place: dict[int, list[int]] = {}
     right: list[float] = []
     for size in args.sizes:
-        for item in selection_items(args.items, size, args.seed):
+        for item in selection_items(args.items, size, args.seed, args.lang):
             orders = []
             for arm in ("given", "reversed", "shuffled"):
                 tools, _ = arm_request(item, arm, args.seed, None)
                 orders.append([r.name for r in await ranker.rank(item.prompt, tools)])
             total += 1
             same += all(o == orders[0] for o in orders)
-            first.setdefault(size, [0, 0])[0] += orders[0][0] == item.right
-            first[size][1] += 1
+            place.setdefault(size, []).append(orders[0].index(str(item.right)))
             ranking = await ranker.rank(item.prompt, list(item.tools))
             right.append(next(r.score for r in ranking if r.name == item.right))
-    best = [(await ranker.rank(i.prompt, list(i.tools)))[0].score for i in abstention_items()]
+            floored += floor_applies(item.prompt)
+    abstention = abstention_items(args.lang)
+    best = [(await ranker.rank(i.prompt, list(i.tools)))[0].score for i in abstention]
     right.sort()
     return {
         "same_order_for_given_reversed_shuffled": f"{same}/{total}",
-        "right_tool_first": {str(k): f"{a}/{b}" for k, (a, b) in first.items()},
+        "right_tool_first": {str(k): f"{sum(p < 1 for p in v)}/{len(v)}" for k, v in place.items()},
+        "right_tool_in_top": {
+            str(k): {str(n): f"{sum(p < n for p in v)}/{len(v)}" for n in (3, 5)}
+            for k, v in place.items()
+        },
         "right_tool_score_quantiles": {
             str(q): round(right[int(q * (len(right) - 1))], 3) for q in (0.01, 0.02, 0.05, 0.5)
+        },
+        "floor_applies_to": {
+            "selection": f"{floored}/{total}",
+            "abstention": f"{sum(floor_applies(i.prompt) for i in abstention)}/{len(abstention)}",
         },
         "floor": {
             str(f): {
@@ -422,6 +449,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        default="en",
+        help="zh: the 24 Chinese items (selection_zh.json; no corpus items) and the abstention "
+        "requests asked in Chinese",
+    )
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument(
         "--rank-only", action="store_true", help="no model: the ranking's order and floor"

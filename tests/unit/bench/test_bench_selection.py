@@ -54,6 +54,27 @@ def test_items_hold_the_right_tool_once_among_n() -> None:
     assert selection_items(4, 10, 7) == selection_items(4, 10, 7)  # seeded
 
 
+def test_the_chinese_items_ask_for_the_same_tools_in_chinese() -> None:
+    from serving.selection.rank import floor_applies
+
+    for size in (5, 10, 30):
+        items = selection_items(60, size, 7, "zh")
+        assert len(items) == 24  # no corpus items: their requests are English templates
+        for it in items:
+            names = [t["function"]["name"] for t in it.tools]
+            assert len(names) == size == len(set(names)) and names.count(it.right) == 1
+            assert not floor_applies(it.prompt), it.prompt  # written in Chinese
+            right = next(t for t in it.tools if t["function"]["name"] == it.right)
+            assert set(it.expected) <= set(right["function"]["parameters"]["properties"])
+    rights = {it.right for it in selection_items(0, 10, 7, "zh")}
+    assert {"time__get_current_time", "time__convert_time", "delete_file"} <= rights
+    english = abstention_items()
+    chinese = abstention_items("zh")
+    assert [i.tools for i in chinese] == [i.tools for i in english]  # the same tools offered
+    assert all(not floor_applies(i.prompt) for i in chinese)
+    assert all(floor_applies(i.prompt) for i in english)
+
+
 def test_arms_reorder_or_ask_the_server() -> None:
     item = selection_items(1, 5, 7)[0]
     given, _ = arm_request(item, "given", 7, None)
