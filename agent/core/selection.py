@@ -115,6 +115,10 @@ class ToolSelection:
             ext["tool_rank"] = {"query": goal, "always": [MORE_TOOLS, ANSWER_TOOL]}
             if cut:
                 ext["tool_rank"]["top_k"] = self.top_k
+        elif self.answer_tool and not required:
+            # a server's default ranking (the 0.5B's: top 5, floor 0.3) could cut the answer
+            # tool, which never fits the request: the tools go as given, ranking off
+            ext["tool_rank"] = None
         if ext:
             kw["loopstack"] = ext
         return kw

@@ -130,6 +130,8 @@ async def test_the_answer_tool_ends_the_run_with_the_models_own_answer() -> None
     assert isinstance(final, FinalStep)
     assert (final.reason, final.answer, final.forced) == ("answer", "18 degrees in Paris", False)
     assert names(model.chat_requests[0])[-1] == ANSWER_TOOL  # offered last: a stable prefix
+    # stated: no ranking, so a server's default ranking and floor cannot cut the answer tool
+    assert model.chat_requests[0]["loopstack"] == {"tool_rank": None}
     assert not any(r.get("response_format") for r in model.requests)  # no forced request
     assert [s.name for s in steps if isinstance(s, ToolStep)] == ["get_weather"]
 

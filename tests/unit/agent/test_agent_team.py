@@ -338,7 +338,8 @@ async def test_a_worker_keeps_the_runs_selection_and_answer_arms(
     assert child.instructions == "" and child.plan == "never"  # the worker's own
     assert child.limits.max_tool_calls == 8  # carved from the parent's 9
     first = inner.chat_requests[0]
-    assert first["loopstack"] == {"no_repeat": True}  # the selection reaches the endpoint
+    # the selection reaches the endpoint (with the answer tool: ranking off, stated)
+    assert first["loopstack"] == {"no_repeat": True, "tool_rank": None}
     assert ANSWER_TOOL in [t["function"]["name"] for t in first["tools"]]
 
 
