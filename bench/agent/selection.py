@@ -372,17 +372,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
     """No model: the server's ranking (`serving.selection.rank`: MiniLM, and multilingual-e5
-    for requests mostly in another script, as the server builds it) on the same items - is its
-    order the same whatever the input order, where does the right tool land (first, in the
-    top 3, top 5), and what a ``min_score`` floor keeps of the right tools and leaves of the
-    abstention requests, with the share of requests the server applies a floor to at all."""
+    for requests mostly in another script, as the server builds it) on the same items."""
     from serving.embeddings import EmbeddingService
-    from serving.selection.rank import ToolRanker, floor_applies
+    from serving.selection.rank import ToolRanker
     from serving.selection.requests import MultilingualEmbedder, ServerEmbedder
 
     multilingual = MultilingualEmbedder() if MultilingualEmbedder.available() else None
     english = ServerEmbedder(EmbeddingService("all-MiniLM-L6-v2"))
-    ranker = ToolRanker(english, multilingual=multilingual)
+    return await rank_report(ToolRanker(english, multilingual=multilingual), args)
+
+
+async def rank_report(ranker: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What `ranker` (a `ToolRanker`) does with the items: is its order the same whatever the
+    input order, where does the right tool land (first, in the top 3, top 5), and what a
+    ``min_score`` floor keeps of the right tools and leaves of the abstention requests, with
+    the share of requests the server applies a floor to at all."""
+    from serving.selection.rank import floor_applies
+
     same = total = floored = 0
     place: dict[int, list[int]] = {}
     right: list[float] = []
