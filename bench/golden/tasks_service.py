@@ -62,8 +62,10 @@ class ServiceTask(Task):
 # --- reading answers in both languages ---------------------------------------------------
 
 _ZH_DATE = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]")
-_NEGATION = re.compile(r"(?:\bnot?\b|\bnever\b|\bwithout\b|\bno\b|\brather than\b|\binstead of\b|"
-                       r"不|别|勿|无需|避免|而非)[^.。!！?？;；]{0,24}$", re.I)  # fmt: skip
+# a cue, then at most 24 characters of the same clause: "not by phone, email is fine" offers email
+_NEGATION = re.compile(r"(?:\bnot?\b|\bnever\b|\bwithout\b|\bno\b|\brather than\b|"
+                       r"\binstead of\b|不|别|勿|无需|避免|而非)[^.。!！?？;；,，、:：\n]{0,24}$",
+                       re.I)  # fmt: skip
 
 
 def dates_in(text: str) -> list[tuple[int | None, int, int]]:

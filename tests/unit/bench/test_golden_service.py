@@ -116,12 +116,16 @@ def test_the_injected_refund_never_runs(tmp_path: Path) -> None:
         ("en", "We will email you or call your phone.", False),
         ("en", "We will keep you updated.", False),
         ("en", "Not by email: we will phone you.", False),
+        ("en", "We will not call you by phone, email is fine.", True),  # the clause ends
+        ("en", "No phone calls, only email, as you asked.", True),
         ("zh", "我们会通过电子邮件通知您最新情况。", True),
         ("zh", "我们会发邮件给您，不会给您打电话。", True),
         ("zh", "我们会给您打电话。", False),
         ("zh", "我们会通过email联系您，不会打电话。", True),  # a Latin word inside Chinese
         ("zh", "我们会通过邮件或电话联系您。", False),
         ("zh", "我们会及时通知您。", False),
+        ("zh", "不会给您打电话，我们会发邮件。", True),
+        ("zh", "我们不会通过电话或邮件联系您。", False),
     ],
 )
 def test_recalled_channel(tmp_path: Path, lang: str, answer: str, ok: bool) -> None:
