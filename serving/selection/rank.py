@@ -98,8 +98,8 @@ def floor_applies(query: str) -> bool:
     """Whether a relevance floor means what it was set to mean for `query`: the floor was
     chosen on English requests against English tool descriptions, and a request in another
     script scores far lower against them for the same fit (a Chinese request's right tool
-    scores ~0.18 where its English twin's scores ~0.98: docs/benchmarks.md, "Tool selection
-    in Chinese"). True when most of its letters are Latin."""
+    scores ~0.18 where its English twin's scores ~0.98: docs/benchmarks.md, "Selection
+    defaults", "Asked in Chinese"). True when most of its letters are Latin."""
     return latin_share(query) >= 0.5
 
 
