@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from bench.agent.selection import time_tools
 from memory.embedding import HashingEmbedder
 from serving.selection.rank import (
     ToolRanker,
@@ -87,23 +88,12 @@ async def test_ties_keep_the_given_order_and_nothing_is_not_an_error() -> None:
 
 # --- values' examples, scripts, the multilingual embedder ------------------------------------
 
-TIME_TOOLS = [  # as the MCP time server (mcp-server-time) describes them
-    {"name": "time__get_current_time", "description": "Get current time in a specific timezone",
-     "parameters": {"type": "object", "properties": {"timezone": {"type": "string",
-        "description": "IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use "
-                       "'UTC' as local timezone if no timezone provided by the user."}}}},
-    {"name": "time__convert_time", "description": "Convert time between timezones",
-     "parameters": {"type": "object", "properties": {
-        "source_timezone": {"type": "string", "description": "Source IANA timezone name "
-                            "(e.g., 'America/New_York', 'Europe/London')."},
-        "time": {"type": "string", "description": "Time to convert in 24-hour format (HH:MM)"},
-        "target_timezone": {"type": "string", "description": "Target IANA timezone name "
-                            "(e.g., 'Asia/Tokyo', 'America/San_Francisco')."}}}},
-]  # fmt: skip
+# the MCP time server's two tools as an agent offers them (the selection bench's copy)
+TIME_TOOLS = list(time_tools().values())
 
 
 def test_examples_of_values_are_left_out_of_the_document() -> None:
-    doc = tool_document(TIME_TOOLS[1])
+    doc = tool_document(time_tools()["time__convert_time"])
     assert "Tokyo" not in doc and "New_York" not in doc
     assert "Convert time between timezones" in doc and "target timezone: Target IANA" in doc
     assert "(HH:MM)" in doc  # a format is not an example
