@@ -19,7 +19,7 @@ them; ``loopstack bench SUBJECT NAME --help`` shows a benchmark's options):
     loopstack bench serving soak|loop-safety|turn-requests
     loopstack bench memory latency|isolation|locomo|multilingual|postgres
     loopstack bench corpus build
-    loopstack bench agent overhead|selection
+    loopstack bench agent overhead|selection|bfcl
     loopstack bench golden run|bootstrap
     loopstack bench server cpu snapshot|diff
 """
@@ -416,6 +416,8 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "overhead": ("bench.agent.overhead", "Host time per step with history, vs none."),
         "selection": ("bench.agent.selection",
                       "Right tool among 5/10/30 by order and ranking; false calls (a server)."),
+        "bfcl": ("bench.agent.bfcl",
+                 "The same on BFCL's published multiple-function and irrelevance sets."),
     }),
     "server": ("A running server's own figures.", {
         "cpu": ("bench.load.process_cpu",

@@ -46,6 +46,7 @@ import re
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -76,6 +77,9 @@ class Item:
     right: str | None  # None: an abstention item
     expected: dict[str, Any]  # argument values the prompt states
     tools: tuple[dict[str, Any], ...]  # the "given" order
+    # the arguments' check where `expected` cannot say it (BFCL's possible answers)
+    check: Callable[[dict[str, Any]], bool] | None = None
+    group: str = ""  # the set it is from, where items are not grouped by size (BFCL's)
 
 
 @dataclass
@@ -92,6 +96,7 @@ class Row:
     prompt_tokens: int = 0
     latency_s: float = 0.0
     error: str = ""
+    group: str = ""  # a set's name where items are not grouped by size (bench.agent.bfcl)
 
 
 # --- items ---------------------------------------------------------------------------------
@@ -250,7 +255,7 @@ async def run_one(
     client: Any, model: str, item: Item, arm: str, tools: list, ext: dict, max_tokens: int
 ) -> Row:
     names = [t["function"]["name"] for t in tools]
-    row = Row(item.id, len(tools), arm, item.right, -1, len(tools))
+    row = Row(item.id, len(tools), arm, item.right, -1, len(tools), group=item.group)
     body: dict[str, Any] = {"tools": tools}
     if ext:
         body["loopstack"] = ext
@@ -283,20 +288,23 @@ async def run_one(
             args = json.loads(calls[0].function.arguments or "{}")
         except json.JSONDecodeError:
             args = {}
-        row.args_ok = all(_same(args.get(k), v) for k, v in item.expected.items())
+        if item.check is not None:
+            row.args_ok = isinstance(args, dict) and item.check(args)
+        else:
+            row.args_ok = all(_same(args.get(k), v) for k, v in item.expected.items())
     return row
 
 
 def summarize(rows: list[Row]) -> dict[str, Any]:
     out: dict[str, Any] = {"selection": {}, "abstention": {}, "position": {}}
-    groups: dict[tuple[int, str], list[Row]] = defaultdict(list)
-    for r in rows:
-        groups[(0 if r.right is None else r.size, r.arm)].append(r)
-    for (size, arm), rs in sorted(groups.items()):
+    groups: dict[tuple[bool, int, str, str], list[Row]] = defaultdict(list)
+    for r in rows:  # a group (a named set) is one, whatever the number of tools offered
+        groups[(r.right is None, 0 if r.group else r.size, r.group, r.arm)].append(r)
+    for (abstention, size, group, arm), rs in sorted(groups.items()):
         ok = [r for r in rs if not r.error]
-        if size == 0:
+        if abstention:
             calls = sum(1 for r in ok if r.called)
-            out["abstention"][arm] = {
+            out["abstention"][f"{group}/{arm}" if group else arm] = {
                 "n": len(ok),
                 "false_calls": calls,
                 "false_call_rate": round(calls / len(ok), 3) if ok else None,
@@ -304,7 +312,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
             }
             continue
         right = [r for r in ok if r.correct]
-        out["selection"][f"{size}/{arm}"] = {
+        out["selection"][f"{group or size}/{arm}"] = {
             "n": len(ok),
             "accuracy": round(len(right) / len(ok), 3) if ok else None,
             # every item needs a tool: the share that still got a call (any tool)
@@ -317,7 +325,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
             "latency_p50_s": round(statistics.median(r.latency_s for r in ok), 2) if ok else 0,
             "errors": len(rs) - len(ok),
         }
-        if arm in ("given", "reversed", "shuffled") and ok:
+        if arm in ("given", "reversed", "shuffled") and ok and not group:
             thirds: dict[str, list[bool]] = defaultdict(list)
             for r in ok:
                 third = ("first", "middle", "last")[min(2, 3 * r.position // max(r.offered, 1))]
@@ -329,10 +337,6 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from openai import AsyncOpenAI
-
-    client = AsyncOpenAI(base_url=args.base_url, api_key=args.api_key, timeout=600, max_retries=0)
-    model = args.model or (await client.models.list()).data[0].id
     jobs: list[tuple[Item, str, list, dict]] = []
     for size in args.sizes:
         for item in selection_items(args.items, size, args.seed, args.lang):
@@ -343,12 +347,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for arm in args.abstention_arms:
                 tools, ext = arm_request(item, arm, args.seed, args.min_score)
                 jobs.append((item, arm, tools, ext))
+    rows = await send_all(args, jobs)
+    summary = summarize(rows)
+    save(args.out, rows, summary)
+    return summary
+
+
+async def send_all(args: argparse.Namespace, jobs: list[tuple[Item, str, list, dict]]) -> list[Row]:
+    """One ``auto`` request per job (item, arm, tools, extension), ``args.concurrency`` at a
+    time; a request identical to an earlier one (greedy decoding) is answered once."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=args.base_url, api_key=args.api_key, timeout=600, max_retries=0)
+    model = args.model or (await client.models.list()).data[0].id
     sem = asyncio.Semaphore(args.concurrency)
     done: dict[str, asyncio.Task[Row]] = {}
 
     async def one(item: Item, arm: str, tools: list, ext: dict) -> Row:
         key = json.dumps([item.prompt, [t["function"]["name"] for t in tools], ext])
-        if key not in done:  # the same request again (greedy): answered once
+        if key not in done:
 
             async def send() -> Row:
                 async with sem:
@@ -360,26 +377,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         print(json.dumps(asdict(row)), flush=True)
         return row
 
-    rows = await asyncio.gather(*(one(*j) for j in jobs))
-    await client.close()
-    summary = summarize(list(rows))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "rows.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    try:
+        return list(await asyncio.gather(*(one(*j) for j in jobs)))
+    finally:
+        await client.close()
+
+
+def save(out: Path | None, rows: list[Row], summary: dict[str, Any]) -> None:
+    """Rows and summary into `out` (``rows.jsonl``, ``summary.json``), when given."""
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "rows.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
 async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
     """No model: the server's ranking (`serving.selection.rank`: MiniLM, and multilingual-e5
     for requests mostly in another script, as the server builds it) on the same items."""
+    return await rank_report(make_ranker(), args)
+
+
+def make_ranker() -> Any:
+    """A `ToolRanker` as the server builds it (MiniLM; multilingual-e5 where installed)."""
     from serving.embeddings import EmbeddingService
     from serving.selection.rank import ToolRanker
     from serving.selection.requests import MultilingualEmbedder, ServerEmbedder
 
     multilingual = MultilingualEmbedder() if MultilingualEmbedder.available() else None
     english = ServerEmbedder(EmbeddingService("all-MiniLM-L6-v2"))
-    return await rank_report(ToolRanker(english, multilingual=multilingual), args)
+    return ToolRanker(english, multilingual=multilingual)
 
 
 async def rank_report(ranker: Any, args: argparse.Namespace) -> dict[str, Any]:
