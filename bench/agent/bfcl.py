@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import json
 import random
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,12 +162,13 @@ def items(data: Path, name: str, n: int, seed: int) -> list[Item]:
     out = []
     for r in usable[:n]:
         tools = tuple(to_tool(f) for f in r["function"])
-        right = check = None
+        right: str | None = None
+        check: Callable[[dict[str, Any]], bool] | None = None
         if answers:
             [(fname, accept)] = answers[r["id"]][0].items()
             fn = next(f for f in r["function"] if f["name"] == fname)
             right = openai_name(fname)
-            check = _Check(fn, accept)
+            check = functools.partial(args_ok, fn, accept)
         prompt = r["question"][0][0]["content"]
         out.append(Item(r["id"], prompt, right, {}, tools, check, group=name))
     return out
@@ -236,16 +239,6 @@ def args_ok(fn: dict[str, Any], accept: dict[str, list[Any]], args: dict[str, An
         if p not in props or p not in accept or not _value_ok(v, props[p], accept[p]):
             return False
     return all(p in args or "" in vals for p, vals in accept.items())
-
-
-class _Check:
-    """`args_ok` bound to one item's function and answer (an `Item.check`)."""
-
-    def __init__(self, fn: dict[str, Any], accept: dict[str, list[Any]]) -> None:
-        self.fn, self.accept = fn, accept
-
-    def __call__(self, args: dict[str, Any]) -> bool:
-        return args_ok(self.fn, self.accept, args)
 
 
 # --- running ---------------------------------------------------------------------------------
