@@ -47,6 +47,7 @@ from typing import Any
 
 from bench.agent.selection import (
     Item,
+    add_request_args,
     arm_request,
     known_arm,
     save,
@@ -296,21 +297,11 @@ async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
-    ap.add_argument("--api-key", default="EMPTY")
-    ap.add_argument("--model", default=None)
+    add_request_args(ap)
     ap.add_argument("--sets", default="multiple,irrelevance", type=lambda s: s.split(","))
     ap.add_argument("--n", type=int, default=40, help="requests drawn from each set")
     ap.add_argument("--arms", default="given,given+abstain,defaults", type=lambda s: s.split(","))
-    ap.add_argument("--min-score", type=float, default=0.3, help="the +floor arms' floor")
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--data", type=Path, default=None, help="BFCL's data folder (no download)")
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument(
-        "--rank-only", action="store_true", help="no model: the ranking's order and floor"
-    )
     args = ap.parse_args(argv)
     for name in args.sets:
         if name not in SETS:

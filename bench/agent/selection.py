@@ -457,17 +457,30 @@ async def rank_report(ranker: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def add_request_args(ap: argparse.ArgumentParser) -> None:
+    """The options every selection run shares (this bench's and `bench.agent.bfcl`'s): the
+    server, the sending, the floor of the ``+floor`` arms, the seed, the output folder."""
     ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     ap.add_argument("--api-key", default="EMPTY")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--min-score", type=float, default=0.3, help="the +floor arms' floor")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--rank-only", action="store_true", help="no model: the ranking's order and floor"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_request_args(ap)
     ap.add_argument(
         "--sizes", default="5,10,30", type=lambda s: [int(x) for x in s.split(",") if x.strip()]
     )
     ap.add_argument("--items", type=int, default=12, help="corpus items per size (+ golden)")
     ap.add_argument("--arms", default=",".join(ARMS), type=lambda s: s.split(","))
-    ap.add_argument("--min-score", type=float, default=0.3, help="abstention arm's floor")
     ap.add_argument("--no-abstention", dest="abstention", action="store_false")
     ap.add_argument(
         "--abstention-arms",
@@ -478,19 +491,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--abstention-limit", type=int, default=None, help="the first N abstention items only"
     )
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=7)
     ap.add_argument(
         "--lang",
         choices=("en", "zh"),
         default="en",
         help="zh: the 24 Chinese items (selection_zh.json; no corpus items) and the abstention "
         "requests asked in Chinese",
-    )
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument(
-        "--rank-only", action="store_true", help="no model: the ranking's order and floor"
     )
     args = ap.parse_args(argv)
     if args.rank_only:
