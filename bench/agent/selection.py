@@ -97,6 +97,7 @@ class Row:
     latency_s: float = 0.0
     error: str = ""
     group: str = ""  # a set's name where items are not grouped by size (bench.agent.bfcl)
+    arguments: str = ""  # the first call's arguments as the model wrote them (JSON)
 
 
 # --- items ---------------------------------------------------------------------------------
@@ -282,6 +283,8 @@ async def run_one(
     row.prompt_tokens = int(getattr(resp.usage, "prompt_tokens", 0) or 0)
     calls = resp.choices[0].message.tool_calls or []
     row.called = [c.function.name for c in calls]
+    if calls:
+        row.arguments = calls[0].function.arguments or ""
     if item.right is not None and calls and calls[0].function.name == item.right:
         row.correct = True
         try:

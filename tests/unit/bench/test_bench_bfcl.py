@@ -244,6 +244,7 @@ async def test_a_run_through_the_real_server(
     assert summary["source"]["bfcl_eval"] == bfcl.VERSION
     assert by_id["multiple_1"]["correct"] is True and by_id["multiple_1"]["args_ok"] is True
     assert by_id["multiple_0"]["correct"] is True and by_id["multiple_0"]["args_ok"] is False
+    assert json.loads(by_id["multiple_0"]["arguments"]) == {"side1": 5, "side2": 3}  # kept
     assert summary["selection"]["multiple/given"]["args_accuracy"] == 0.5
     assert summary["abstention"]["irrelevance/given"]["false_calls"] == 0
     await h.client.aclose()
