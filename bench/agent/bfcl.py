@@ -225,8 +225,8 @@ def _value_ok(value: Any, schema: dict[str, Any], possible: list[Any]) -> bool:
         return [_std(v) for v in value] in [
             [_std(x) for x in a] for a in typed if isinstance(a, list)
         ]
-    if isinstance(value, str):
-        return standardize(value) in [standardize(a) for a in typed if isinstance(a, str)]
+    if isinstance(value, str):  # "" stands for "left out", and BFCL accepts it written too
+        return standardize(value) in [standardize(a) for a in possible if isinstance(a, str)]
     return value in typed
 
 

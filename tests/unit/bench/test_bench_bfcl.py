@@ -108,7 +108,15 @@ def test_wrong_arguments_fail(args: dict[str, Any]) -> None:
 def test_an_answer_that_is_not_optional_must_be_given() -> None:
     accept = {**ACCEPT, "unit": ["cm"]}
     assert not bfcl.args_ok(TRIANGLE, accept, {"side1": 5, "side2": 4})
+    assert not bfcl.args_ok(TRIANGLE, accept, {"side1": 5, "side2": 4, "unit": ""})
     assert bfcl.args_ok(TRIANGLE, accept, {"side1": 5, "side2": 4, "unit": "cm"})
+
+
+def test_an_empty_string_is_a_string_left_out() -> None:
+    """As BFCL reads it: "" among the answers of a string means it may be left out, and an
+    empty string written for it says the same ({"team": ""} for a player of no team named)."""
+    assert bfcl.args_ok(TRIANGLE, ACCEPT, {"side1": 5, "side2": 4, "unit": ""})
+    assert not bfcl.args_ok(TRIANGLE, ACCEPT, {"side1": 5, "side2": 4, "scale": ""})  # a float
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
