@@ -50,6 +50,8 @@ from bench.agent.selection import (
     add_request_args,
     arm_request,
     known_arm,
+    make_ranker,
+    quantiles,
     save,
     send_all,
     summarize,
@@ -187,13 +189,17 @@ def _std(value: Any) -> Any:
     return standardize(value) if isinstance(value, str) else value
 
 
+def _one_of(value: Any, answers: list[Any]) -> bool:
+    """`value` among `answers`, strings compared standardized (BFCL's string check)."""
+    return _std(value) in [_std(a) for a in answers]
+
+
 def _dict_ok(value: dict[str, Any], possible: list[Any]) -> bool:
     for answer in possible:
         if answer == "" or not isinstance(answer, dict):
             continue
-        if all(
-            k in answer and _std(v) in [_std(a) for a in answer[k]] for k, v in value.items()
-        ) and all(k in value or "" in vals for k, vals in answer.items()):
+        given = all(k in answer and _one_of(v, answer[k]) for k, v in value.items())
+        if given and all(k in value or "" in vals for k, vals in answer.items()):
             return True
     return False
 
@@ -208,7 +214,7 @@ def _value_ok(value: Any, schema: dict[str, Any], possible: list[Any]) -> bool:
         # BFCL's "variable" case: the answers are of another type (a name given as a string)
         if not typed or type(value) is not type(typed[0]):
             return False
-        return _std(value) in [_std(a) for a in typed]
+        return _one_of(value, typed)
     if isinstance(value, dict):  # the type the schema asks (checked above)
         return _dict_ok(value, possible)
     if isinstance(value, list):
@@ -226,7 +232,7 @@ def _value_ok(value: Any, schema: dict[str, Any], possible: list[Any]) -> bool:
             [_std(x) for x in a] for a in typed if isinstance(a, list)
         ]
     if isinstance(value, str):  # "" stands for "left out", and BFCL accepts it written too
-        return standardize(value) in [standardize(a) for a in possible if isinstance(a, str)]
+        return _one_of(value, possible)
     return value in typed
 
 
@@ -262,7 +268,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
     """No model: the server's ranking on the sample (as `bench.agent.selection`'s
     ``--rank-only``): the right tool's place and score, and what a floor keeps and leaves."""
-    from bench.agent.selection import make_ranker
     from serving.selection.rank import floor_applies
 
     data = args.data or await asyncio.to_thread(fetch)
@@ -283,10 +288,7 @@ async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
             "n": len(sample),
             "floor_applies_to": sum(floor_applies(i.prompt) for i in sample),
             **({"right_tool_first": f"{first}/{len(right)}"} if right else {}),
-            "score_quantiles": {
-                str(q): round(sorted(scores)[int(q * (len(scores) - 1))], 3)
-                for q in (0.05, 0.25, 0.5)
-            } if scores else {},
+            "score_quantiles": quantiles(scores, (0.05, 0.25, 0.5)) if scores else {},
             ("right_kept" if right else "left_without_tools"): {
                 str(f): f"{sum((x >= f) if right else (x < f) for x in scores)}/{len(scores)}"
                 for f in (0.2, 0.25, 0.3, 0.35, 0.4)

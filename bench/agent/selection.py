@@ -435,7 +435,6 @@ async def rank_report(ranker: Any, args: argparse.Namespace) -> dict[str, Any]:
             floored += floor_applies(item.prompt)
     abstention = abstention_items(args.lang)
     best = [(await ranker.rank(i.prompt, list(i.tools)))[0].score for i in abstention]
-    right.sort()
     return {
         "same_order_for_given_reversed_shuffled": f"{same}/{total}",
         "right_tool_first": {str(k): f"{sum(p < 1 for p in v)}/{len(v)}" for k, v in place.items()},
@@ -443,9 +442,7 @@ async def rank_report(ranker: Any, args: argparse.Namespace) -> dict[str, Any]:
             str(k): {str(n): f"{sum(p < n for p in v)}/{len(v)}" for n in (3, 5)}
             for k, v in place.items()
         },
-        "right_tool_score_quantiles": {
-            str(q): round(right[int(q * (len(right) - 1))], 3) for q in (0.01, 0.02, 0.05, 0.5)
-        },
+        "right_tool_score_quantiles": quantiles(right, (0.01, 0.02, 0.05, 0.5)),
         "floor_applies_to": {
             "selection": f"{floored}/{total}",
             "abstention": f"{sum(floor_applies(i.prompt) for i in abstention)}/{len(abstention)}",
@@ -458,6 +455,12 @@ async def rank_report(ranker: Any, args: argparse.Namespace) -> dict[str, Any]:
             for f in (0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
         },
     }
+
+
+def quantiles(values: list[float], qs: tuple[float, ...]) -> dict[str, float]:
+    """The `qs` quantiles of `values` (the lower of two neighbours), rounded to 3 places."""
+    ordered = sorted(values)
+    return {str(q): round(ordered[int(q * (len(ordered) - 1))], 3) for q in qs}
 
 
 def add_request_args(ap: argparse.ArgumentParser) -> None:
