@@ -301,8 +301,9 @@ async def run_one(
 def summarize(rows: list[Row]) -> dict[str, Any]:
     out: dict[str, Any] = {"selection": {}, "abstention": {}, "position": {}}
     groups: dict[tuple[bool, int, str, str], list[Row]] = defaultdict(list)
-    for r in rows:  # a group (a named set) is one, whatever the number of tools offered
-        groups[(r.right is None, 0 if r.group else r.size, r.group, r.arm)].append(r)
+    for r in rows:  # a set (named, or the abstention set) is one, whatever its tools' number
+        whole = bool(r.group) or r.right is None
+        groups[(r.right is None, 0 if whole else r.size, r.group, r.arm)].append(r)
     for (abstention, size, group, arm), rs in sorted(groups.items()):
         ok = [r for r in rs if not r.error]
         if abstention:

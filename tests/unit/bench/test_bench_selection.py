@@ -112,3 +112,15 @@ def test_summary_counts_right_wrong_none_and_false_calls() -> None:
     assert g["calls_kept"] == 0.667  # 2 of the 3 answered requests needing a tool got a call
     assert s["abstention"]["given"]["false_call_rate"] == 0.5
     assert s["position"]["5/given"] == {"first": "1/1", "last": "0/1", "middle": "0/1"}
+
+
+def test_the_abstention_set_is_one_whatever_the_number_of_tools_offered() -> None:
+    # its requests offer 1 to 5 tools: one figure over all of them, not the last size's
+    rows = [
+        Row(f"x{i}", 1 + i % 3, "given", None, -1, 1 + i % 3, ["u"] if i < 4 else [])
+        for i in range(10)
+    ]
+    s = summarize(rows)
+    assert s["abstention"] == {
+        "given": {"n": 10, "false_calls": 4, "false_call_rate": 0.4, "errors": 0}
+    }
