@@ -176,7 +176,9 @@ class AgentSettings(_LimitSettings):
     )
     answer_tool: bool = Field(
         default=False,
-        description="offer a final_answer tool: the model answers by a call (agent.core.selection)",
+        description="offer a final_answer tool: the model answers by a call "
+        "(agent.core.selection); its requests say loopstack.tool_rank: null (loopstack "
+        "endpoints, or ones that ignore unknown fields)",
     )
     model: str | None = Field(default=None, description="default: first chat model listed")
     tokenizer: str | None = Field(default=None, description="local HF folder for counting")
