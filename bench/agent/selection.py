@@ -15,6 +15,10 @@ context), the right one at a seeded random position. One ``auto`` request per it
 * ``ranked`` - the ``given`` list with ``loopstack.tool_rank`` (the server orders them by
   relevance); ``top3`` / ``top5`` - the same, only the k best offered.
 
+``--everyday``: instead of those items, the golden tools' 24 requests worded as a user says
+them (`selection_everyday.json`: "Is it raining in Oslo?", "Any new mail?"), each among the
+other golden and MCP time tools - the agent's own tools, not the corpus's.
+
 **Abstention items** (`bench/agent/abstention.json`): requests no offered tool fits (JSON
 examples, code, general questions) next to tools that look related; any call is a false call.
 Arms (``--abstention-arms``): ``given``; ``given+abstain`` (``loopstack.abstain``: the prompt
@@ -57,6 +61,7 @@ from bench.corpus.text import humanize
 HERE = Path(__file__).parent
 GOLDEN_ITEMS = HERE / "selection_golden.json"
 ZH_ITEMS = HERE / "selection_zh.json"
+EVERYDAY_ITEMS = HERE / "selection_everyday.json"
 ABSTENTION = HERE / "abstention.json"
 TIME_TOOLS = HERE / "time_tools.json"
 Lang = Literal["en", "zh"]
@@ -149,9 +154,13 @@ def load_pool() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     return rows, {r["tool"]["function"]["name"]: r["tool"] for r in rows}
 
 
-def selection_items(n_items: int, size: int, seed: int, lang: Lang = "en") -> list[Item]:
+def selection_items(
+    n_items: int, size: int, seed: int, lang: Lang = "en", *, everyday: bool = False
+) -> list[Item]:
     """The golden items (English: `GOLDEN_ITEMS`; Chinese: `ZH_ITEMS`) and, in English, the
-    first `n_items` corpus items, each with the right tool among `size` at a seeded position."""
+    first `n_items` corpus items, each with the right tool among `size` at a seeded position.
+    `everyday`: instead, the golden tools' requests as a user words them (`EVERYDAY_ITEMS`),
+    each among the other golden and time tools (an agent's own tools, not the corpus's)."""
     rows, by_name = load_pool()
     golden = golden_tools()
     named = {**by_name, **golden, **time_tools()}  # a look-alike may be any of these
@@ -160,9 +169,17 @@ def selection_items(n_items: int, size: int, seed: int, lang: Lang = "en") -> li
     candidates = [r for r in rows if len(json.dumps(r["tool"])) <= 1500]
     rng.shuffle(candidates)
     picked: list[tuple[str, str, dict[str, Any], dict[str, Any], list[str]]] = []
-    for g in json.loads((ZH_ITEMS if lang == "zh" else GOLDEN_ITEMS).read_text()):
-        picked.append((g["id"], g["prompt"], named[g["tool"]], g["expected"], g.get("near", [])))
-    if lang == "en":  # the corpus requests are English templates
+    if everyday:
+        own = sorted({*golden, *time_tools()})
+        for g in json.loads(EVERYDAY_ITEMS.read_text()):
+            near = [n for n in own if n != g["tool"]]
+            random.Random(f"{seed}:{g['id']}").shuffle(near)
+            picked.append((g["id"], g["prompt"], named[g["tool"]], g["expected"], near))
+    else:
+        for g in json.loads((ZH_ITEMS if lang == "zh" else GOLDEN_ITEMS).read_text()):
+            near = g.get("near", [])
+            picked.append((g["id"], g["prompt"], named[g["tool"]], g["expected"], near))
+    if lang == "en" and not everyday:  # the corpus requests are English templates
         for r in candidates[:n_items]:
             params = r["tool"]["function"]["parameters"]
             exp = expected_values(r["prompt"], params)
@@ -343,7 +360,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     jobs: list[tuple[Item, str, list, dict]] = []
     for size in args.sizes:
-        for item in selection_items(args.items, size, args.seed, args.lang):
+        for item in selection_items(args.items, size, args.seed, args.lang, everyday=args.everyday):
             for arm in args.arms:
                 jobs.append((item, arm, *arm_request(item, arm, args.seed, args.min_score)))
     if args.abstention:
@@ -423,7 +440,7 @@ async def rank_report(ranker: Any, args: argparse.Namespace) -> dict[str, Any]:
     place: dict[int, list[int]] = {}
     right: list[float] = []
     for size in args.sizes:
-        for item in selection_items(args.items, size, args.seed, args.lang):
+        for item in selection_items(args.items, size, args.seed, args.lang, everyday=args.everyday):
             orders = []
             for arm in ("given", "reversed", "shuffled"):
                 tools, _ = arm_request(item, arm, args.seed, None)
@@ -497,6 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--abstention-limit", type=int, default=None, help="the first N abstention items only"
+    )
+    ap.add_argument(
+        "--everyday",
+        action="store_true",
+        help="the golden tools' 24 requests as a user words them (selection_everyday.json), "
+        "each among the other golden and time tools, instead of the golden and corpus items",
     )
     ap.add_argument(
         "--lang",

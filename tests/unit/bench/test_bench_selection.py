@@ -9,9 +9,11 @@ from bench.agent.selection import (
     abstention_items,
     arm_request,
     expected_values,
+    golden_tools,
     known_arm,
     selection_items,
     summarize,
+    time_tools,
 )
 
 PARAMS = {
@@ -124,3 +126,16 @@ def test_the_abstention_set_is_one_whatever_the_number_of_tools_offered() -> Non
     assert s["abstention"] == {
         "given": {"n": 10, "false_calls": 4, "false_call_rate": 0.4, "errors": 0}
     }
+
+
+def test_the_everyday_items_offer_the_agents_own_tools() -> None:
+    items = selection_items(60, 10, 7, everyday=True)
+    assert len(items) == 24 and all(it.id.startswith("everyday-") for it in items)
+    own = {*golden_tools(), *time_tools()}
+    for it in items:
+        names = [t["function"]["name"] for t in it.tools]
+        assert len(names) == 10 == len(set(names)) and names.count(it.right) == 1
+        assert set(names) <= own  # no corpus tool: the look-alikes are the agent's own
+    assert selection_items(0, 10, 7, everyday=True) == items  # seeded, no corpus items
+    whole = selection_items(0, 18, 7, everyday=True)
+    assert all(len(it.tools) == 18 for it in whole)  # every golden and time tool
