@@ -21,6 +21,6 @@ async def main(base, out):
     args = argparse.Namespace(base_url=base, api_key="test-key-123", model=None, concurrency=3, max_tokens=512, seed=7)
     rows = await send_all(args, jobs)
     s = summarize(rows)
-    save(out, rows, s)
+    save(__import__("pathlib").Path(out), rows, s)
     print(json.dumps(s))
 asyncio.run(main(sys.argv[1], sys.argv[2]))
