@@ -17,7 +17,8 @@ context), the right one at a seeded random position. One ``auto`` request per it
 
 ``--everyday``: instead of those items, the golden tools' 24 requests worded as a user says
 them (`selection_everyday.json`: "Is it raining in Oslo?", "Any new mail?"), each among the
-other golden and MCP time tools - the agent's own tools, not the corpus's.
+other golden and MCP time tools - the agent's own tools, not the corpus's. They state no
+argument values to check: their argument accuracy is their selection accuracy.
 
 **Abstention items** (`bench/agent/abstention.json`): requests no offered tool fits (JSON
 examples, code, general questions) next to tools that look related; any call is a false call.
