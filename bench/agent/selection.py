@@ -27,8 +27,9 @@ says to call a tool only when the request needs one); ``ranked+floor`` (``--min-
 scoring less are not offered); both. Arms compose: a base (``given``, ``ranked``, ``topK``) and
 ``+abstain``, ``+floor``, ``+decide`` (``loopstack.decide``: a hidden decision line first);
 ``defaults`` sends no ``loopstack`` field (what the server gives a plain client); every other
-arm states each field, so the server's defaults never mix in. ``top5+abstain`` is the
-recommended set of the README: top 5, the floor, the rule.
+arm states each field, so the server's defaults never mix in. ``+floor`` takes the floor of
+``--min-score``, ``+floor0.15`` that value: ``top5+floor+abstain`` is the README's recommended
+set (top 5, the floor, the rule), ``top5+abstain`` the same without the floor.
 
 Reported per size and arm: selection accuracy (the first call names the right tool), calls
 kept (the share of these requests, which all need a tool, that got a call at all), argument
@@ -67,9 +68,10 @@ ABSTENTION = HERE / "abstention.json"
 TIME_TOOLS = HERE / "time_tools.json"
 Lang = Literal["en", "zh"]
 GOLDEN_TOOLS = HERE.parent / "golden"
-ARMS = ("given", "reversed", "shuffled", "ranked", "top3", "top5", "top5+abstain")
+ARMS = ("given", "reversed", "shuffled", "ranked", "top3", "top5", "top5+floor+abstain")
 # Composed arms (also on the abstention set, `--abstention-arms`): a base (given, ranked, topK)
-# and modifiers `+abstain`, `+floor` (tool_rank.min_score = --min-score), `+decide`
+# and modifiers `+abstain`, `+floor` (tool_rank.min_score = --min-score; `+floor0.15`: that
+# value), `+decide`
 # (loopstack.decide); ``defaults`` sends no loopstack field at all: the server's defaults.
 # Every other arm states each selection field, so the server's defaults never mix in.
 MODIFIERS = ("abstain", "floor", "decide")
@@ -236,8 +238,6 @@ def arm_request(item: Item, arm: str, seed: int, min_score: float | None) -> tup
     if arm == "defaults":  # nothing said: what a plain client gets
         return tools, {}
     ext: dict[str, Any] = {"tool_rank": None, "abstain": False, "decide": False}
-    if arm == "top5+abstain":  # the recommended set of README's "Tool selection"
-        arm = "top5+floor+abstain"
     base, *mods = arm.split("+")
     if base == "reversed":
         tools.reverse()
@@ -250,8 +250,9 @@ def arm_request(item: Item, arm: str, seed: int, min_score: float | None) -> tup
     elif base != "given":
         raise ValueError(f"unknown arm {arm!r}")
     for mod in mods:
-        if mod == "floor":
-            ext["tool_rank"] = {**(ext["tool_rank"] or {}), "min_score": min_score or 0.3}
+        if floor := re.fullmatch(r"floor(\d*\.?\d+)?", mod):
+            value = float(floor[1]) if floor[1] else min_score or 0.3
+            ext["tool_rank"] = {**(ext["tool_rank"] or {}), "min_score": value}
         elif mod in ("abstain", "decide"):
             ext[mod] = True
         else:

@@ -86,13 +86,18 @@ def test_arms_reorder_or_ask_the_server() -> None:
     off = {"tool_rank": None, "abstain": False, "decide": False}  # every field stated
     assert arm_request(item, "given", 7, None)[1] == off
     assert arm_request(item, "top3", 7, None)[1] == {**off, "tool_rank": {"top_k": 3}}
-    _, best = arm_request(item, "top5+abstain", 7, 0.3)
+    _, best = arm_request(item, "top5+floor+abstain", 7, 0.3)
     assert best == {**off, "tool_rank": {"top_k": 5, "min_score": 0.3}, "abstain": True}
+    _, no_floor = arm_request(item, "top5+abstain", 7, 0.3)  # says no floor: gets none
+    assert no_floor == {**off, "tool_rank": {"top_k": 5}, "abstain": True}
+    _, low = arm_request(item, "top5+floor0.15+abstain", 7, 0.3)  # its own floor
+    assert low == {**off, "tool_rank": {"top_k": 5, "min_score": 0.15}, "abstain": True}
     _, composed = arm_request(item, "ranked+floor+decide", 7, 0.25)
     assert composed == {**off, "tool_rank": {"min_score": 0.25}, "decide": True}
     assert arm_request(item, "given+abstain", 7, None)[1] == {**off, "abstain": True}
     assert arm_request(item, "defaults", 7, None) == (given, {})  # nothing said
     assert known_arm("top5+decide") and not known_arm("top5+loud") and not known_arm("best")
+    assert not known_arm("top5+floorx") and not known_arm("top5+floor-1")
     assert set(ARMS) >= {"given", "reversed", "shuffled", "ranked", "top3", "top5"}
     assert len(abstention_items()) == 40 and all(i.right is None for i in abstention_items())
 
