@@ -116,7 +116,7 @@ class ToolSelection:
             if cut:
                 ext["tool_rank"]["top_k"] = self.top_k
         elif self.answer_tool and not required:
-            # a server's default ranking (the 0.5B's: top 5, floor 0.3) could cut the answer
+            # a server's default ranking (the 0.5B's: top 5, floor 0.15) could cut the answer
             # tool, which never fits the request: the tools go as given, ranking off
             ext["tool_rank"] = None
         if ext:

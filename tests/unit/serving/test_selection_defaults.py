@@ -216,11 +216,11 @@ async def test_a_decided_turn_answers_as_an_ordinary_response(
 
 
 def test_the_shipped_defaults_are_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the 0.5B ships its measured set (ranking, top 5, floor 0.3, the rule: 2026-12-06); the
+    # the 0.5B ships its measured set (ranking, top 5, floor 0.15, the rule: 2026-12-06); the
     # 1.5B the abstention rule alone (its ranking set dropped calls)
     small = selection_defaults("qwen2.5-coder-0.5b-instruct")
     assert small == sd.MEASURED_0_5B
-    assert small == SelectionDefaults(rank=True, top_k=5, min_score=0.3, abstain=True)
+    assert small == SelectionDefaults(rank=True, top_k=5, min_score=0.15, abstain=True)
     assert selection_defaults("qwen2.5-coder-0.5b-instruct", rank=False).rank is False
     assert selection_defaults("qwen2.5-coder-0.5b-instruct", min_score="off").min_score is None
     assert selection_defaults("qwen2.5-coder-1.5b-instruct") == SelectionDefaults(abstain=True)
