@@ -104,6 +104,24 @@ format: install
 # the ecosystem and protocol tests wait on (`make`, not $(MAKE), which would make `make -n test`
 # run this whole recipe).
 # The GPU checks (below) start beside them as well; their failure fails `make test`.
+# The unit tests run in two pytest processes at once (the session's own takes the rest, then
+# the integration tests): they wait on subprocesses, sockets and sleeps more than they compute
+# (~60 % of a core), and the engine is idle once loaded until the integration tests start, so
+# two cores do the unit part in about 60 % of the time (docs/benchmarks.md, "`make test`").
+# The second's output follows the first's. A run narrowed by PYTEST_ARGS is one process.
+UNIT_BESIDE := tests/unit/memory tests/unit/agent tests/unit/bench tests/unit/test_cli_mount.py \
+  tests/unit/serving/test_engine_lifecycle.py tests/unit/serving/test_keep_alive.py
+TEST_ENV := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+ifeq ($(strip $(PYTEST_ARGS)),)
+PYTEST_RUN := { $(TEST_ENV) $(BIN)/pytest -p no:cacheprovider -ra -q $(UNIT_BESIDE) \
+	  > $(VENV)/unit-beside.log 2>&1 & beside=$$!; \
+	  $(TEST_ENV) $(BIN)/pytest -ra --durations=15 $(addprefix --ignore=,$(UNIT_BESIDE)); \
+	  rc=$$?; wait $$beside || rc=1; \
+	  echo "=== $(UNIT_BESIDE), beside the run above:"; cat $(VENV)/unit-beside.log; \
+	  exit $$rc; }
+else
+PYTEST_RUN := $(TEST_ENV) $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS)
+endif
 test: install postgres
 	HF_HUB_OFFLINE=1 $(BIN)/loopstack prepare-model > $(VENV)/prepare-model.log 2>&1 & \
 	  prep=$$!; \
@@ -113,7 +131,7 @@ test: install postgres
 	  npm=$$!; \
 	  { $(GPU_CHECKS); } > $(VENV)/gpu-checks.log 2>&1 & \
 	  gpu=$$!; \
-	  $(LINT) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest -ra --durations=15 $(PYTEST_ARGS); \
+	  $(LINT) && ( $(PYTEST_RUN) ); \
 	  rc=$$?; \
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
 	  wait $$clients || { echo "make clients failed:"; tail -20 $(VENV)/clients.log; }; \

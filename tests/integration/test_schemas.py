@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jsonschema
@@ -161,30 +162,57 @@ ADVERSARIAL: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-@pytest.mark.parametrize("name", list(ADVERSARIAL))
-def test_required_mode_validates(client: OpenAI, server: Server, name: str) -> None:
+RESPONSE_FORMAT = ["enum_and_bounds", "optional_and_closed", "unicode"]
+
+
+def _required(client: OpenAI, model: str, name: str) -> Any:
     schema, prompt = ADVERSARIAL[name]
     tool = {"type": "function", "function": {"name": f"do_{name}", "parameters": schema}}
-    r = client.chat.completions.create(
-        model=server.model, messages=[{"role": "user", "content": prompt}],
+    return client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": prompt}],
         tools=[tool], tool_choice="required", max_tokens=200, temperature=0,
     )  # fmt: skip
+
+
+def _json_schema(client: OpenAI, model: str, name: str) -> Any:
+    schema, prompt = ADVERSARIAL[name]
+    return client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": prompt + " Answer in JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema}},
+        max_tokens=160,
+        temperature=0,
+    )
+
+
+@pytest.fixture(scope="module")
+def replies(client: OpenAI, server: Server) -> dict[tuple[str, str], Future[Any]]:
+    """Every schema's request sent at once (the engine batches them: 11 one after the other
+    took ~55 s of `make test` in float32); each test reads its own reply, or its error."""
+    pool = ThreadPoolExecutor(len(ADVERSARIAL) + len(RESPONSE_FORMAT))
+    out = {("required", n): pool.submit(_required, client, server.model, n) for n in ADVERSARIAL}
+    for n in RESPONSE_FORMAT:
+        out["json_schema", n] = pool.submit(_json_schema, client, server.model, n)
+    pool.shutdown(wait=False)
+    return out
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_required_mode_validates(replies: dict[tuple[str, str], Future[Any]], name: str) -> None:
+    schema, _ = ADVERSARIAL[name]
+    r = replies["required", name].result()
     calls = r.choices[0].message.tool_calls or []
     assert r.choices[0].finish_reason == "tool_calls", r
     for call in calls:
         jsonschema.validate(json.loads(call.function.arguments), schema)
 
 
-@pytest.mark.parametrize("name", ["enum_and_bounds", "optional_and_closed", "unicode"])
-def test_response_format_json_schema(client: OpenAI, server: Server, name: str) -> None:
-    schema, prompt = ADVERSARIAL[name]
-    r = client.chat.completions.create(
-        model=server.model,
-        messages=[{"role": "user", "content": prompt + " Answer in JSON."}],
-        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema}},
-        max_tokens=160,
-        temperature=0,
-    )
+@pytest.mark.parametrize("name", RESPONSE_FORMAT)
+def test_response_format_json_schema(
+    replies: dict[tuple[str, str], Future[Any]], name: str
+) -> None:
+    schema, _ = ADVERSARIAL[name]
+    r = replies["json_schema", name].result()
     assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].message.content or ""), schema)
 

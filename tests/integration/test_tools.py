@@ -4,6 +4,7 @@ calls, the tool-result round trip. Every argument string must parse and validate
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jsonschema
@@ -77,12 +78,48 @@ def collect_stream(stream: Any) -> tuple[dict[int, dict[str, str]], str | None, 
     return calls, finish, content
 
 
-@CALLING_MODES
-def test_tool_choice_modes(client: OpenAI, server: Server, choice: Any) -> None:
-    r = client.chat.completions.create(
-        model=server.model, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=96,
-        temperature=0,
-    )  # fmt: skip
+HAIKU = [{"role": "user", "content": "Write a haiku about autumn leaves."}]
+TWO_CITIES = [{"role": "user", "content": "Weather for Paris and for Tokyo, 7 days each."}]
+# The non-streamed cases' requests, sent at once by `replies` (the engine batches them)
+WHOLE: dict[str, dict[str, Any]] = {
+    "required": {"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 96},
+    "auto": {"messages": ASK, "tools": TOOLS, "tool_choice": "auto", "max_tokens": 96},
+    "named": {
+        "messages": ASK, "tools": TOOLS, "max_tokens": 96,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    },
+    "named_email": {
+        "messages": ASK, "tools": TOOLS, "max_tokens": 96,
+        "tool_choice": {"type": "function", "function": {"name": "send_email"}},
+    },
+    "none": {"messages": ASK, "tools": TOOLS, "tool_choice": "none", "max_tokens": 32},
+    "haiku": {"messages": HAIKU, "tools": [WEATHER], "tool_choice": "auto", "max_tokens": 48},
+    "two_cities": {
+        "messages": TWO_CITIES, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 160
+    },
+    "one_call": {
+        "messages": TWO_CITIES, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 96,
+        "parallel_tool_calls": False,
+    },
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def replies(client: OpenAI, server: Server) -> dict[str, Future[Any]]:
+    """Every non-streamed case's request at once (one after the other they took ~35 s of
+    `make test` in float32); each test reads its own reply, or its error."""
+    pool = ThreadPoolExecutor(len(WHOLE))
+    out = {
+        case: pool.submit(client.chat.completions.create, model=server.model, temperature=0, **kw)
+        for case, kw in WHOLE.items()
+    }
+    pool.shutdown(wait=False)
+    return out
+
+
+@pytest.mark.parametrize("case", ["required", "auto", "named"])
+def test_tool_choice_modes(replies: dict[str, Future[Any]], case: str) -> None:
+    r = replies[case].result()
     msg = r.choices[0].message
     assert r.choices[0].finish_reason == "tool_calls"
     assert_valid(msg.tool_calls or [])
@@ -91,34 +128,20 @@ def test_tool_choice_modes(client: OpenAI, server: Server, choice: Any) -> None:
     assert 5 <= days <= 9  # the user said 3: only the constraint keeps it in bounds
 
 
-def test_named_forces_the_named_tool(client: OpenAI, server: Server) -> None:
-    r = client.chat.completions.create(
-        model=server.model, messages=ASK, tools=TOOLS, max_tokens=96, temperature=0,
-        tool_choice={"type": "function", "function": {"name": "send_email"}},
-    )  # fmt: skip
-    calls = r.choices[0].message.tool_calls or []
+def test_named_forces_the_named_tool(replies: dict[str, Future[Any]]) -> None:
+    calls = replies["named_email"].result().choices[0].message.tool_calls or []
     assert_valid(calls)
     assert {c.function.name for c in calls} == {"send_email"}
 
 
-def test_none_never_calls(client: OpenAI, server: Server) -> None:
-    r = client.chat.completions.create(
-        model=server.model, messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=32
-    )
+def test_none_never_calls(replies: dict[str, Future[Any]]) -> None:
+    r = replies["none"].result()
     assert not r.choices[0].message.tool_calls
     assert r.choices[0].finish_reason in ("stop", "length")
 
 
-def test_auto_answers_in_text_when_no_tool_fits(client: OpenAI, server: Server) -> None:
-    r = client.chat.completions.create(
-        model=server.model,
-        messages=[{"role": "user", "content": "Write a haiku about autumn leaves."}],
-        tools=[WEATHER],
-        tool_choice="auto",
-        max_tokens=48,
-        temperature=0,
-    )
-    msg = r.choices[0].message
+def test_auto_answers_in_text_when_no_tool_fits(replies: dict[str, Future[Any]]) -> None:
+    msg = replies["haiku"].result().choices[0].message
     assert not msg.tool_calls and msg.content
 
 
@@ -152,30 +175,20 @@ def test_streamed_none(client: OpenAI, server: Server) -> None:
     assert not calls and content and finish in ("stop", "length")
 
 
-def test_two_cities_every_call_valid(client: OpenAI, server: Server) -> None:
+def test_two_cities_every_call_valid(replies: dict[str, Future[Any]]) -> None:
     """parallel_tool_calls=true lets the model continue with another call after each one.
     Qwen2.5-Coder-0.5B always stops after one (also unconstrained, also with few-shot
     history), so multi-call assembly is covered in tests/unit with a scripted engine; here
     we check what the real model returns: valid calls, distinct ids."""
-    messages = [{"role": "user", "content": "Weather for Paris and for Tokyo, 7 days each."}]
-    r = client.chat.completions.create(
-        model=server.model, messages=messages, tools=[WEATHER], tool_choice="required",
-        max_tokens=160, temperature=0,
-    )  # fmt: skip
-    calls = r.choices[0].message.tool_calls or []
+    calls = replies["two_cities"].result().choices[0].message.tool_calls or []
     assert_valid(calls)
     assert len({c.id for c in calls}) == len(calls)
     cities = {json.loads(c.function.arguments)["city"].lower() for c in calls}
     assert cities & {"paris", "tokyo"}
 
 
-def test_parallel_tool_calls_false_gives_one(client: OpenAI, server: Server) -> None:
-    messages = [{"role": "user", "content": "Weather for Paris and for Tokyo, 7 days each."}]
-    r = client.chat.completions.create(
-        model=server.model, messages=messages, tools=[WEATHER], tool_choice="required",
-        parallel_tool_calls=False, max_tokens=96, temperature=0,
-    )  # fmt: skip
-    assert len(r.choices[0].message.tool_calls or []) == 1
+def test_parallel_tool_calls_false_gives_one(replies: dict[str, Future[Any]]) -> None:
+    assert len(replies["one_call"].result().choices[0].message.tool_calls or []) == 1
 
 
 def test_tool_result_round_trip(client: OpenAI, server: Server) -> None:
