@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 from bench.agent.selection import (
     ARMS,
     Row,
@@ -144,3 +149,24 @@ def test_the_everyday_items_offer_the_agents_own_tools() -> None:
     assert selection_items(0, 10, 7, everyday=True) == items  # seeded, no corpus items
     whole = selection_items(0, 18, 7, everyday=True)
     assert all(len(it.tools) == 18 for it in whole)  # every golden and time tool
+
+
+def test_everyday_requests_of_ones_own_from_a_file(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.json"
+    mine.write_text(
+        json.dumps(
+            [{"id": "m-0", "prompt": "Rain in Oslo?", "tool": "get_weather", "expected": {}}]
+        )
+    )
+    [item] = selection_items(60, 10, 7, everyday=mine)
+    assert (item.id, item.prompt, item.right, len(item.tools)) == (
+        "m-0@10",
+        "Rain in Oslo?",
+        "get_weather",
+        10,
+    )
+    mine.write_text(
+        json.dumps([{"id": "m-1", "prompt": "x", "tool": "book_flight", "expected": {}}])
+    )
+    with pytest.raises(ValueError, match="book_flight"):  # not one of the agent's tools
+        selection_items(0, 10, 7, everyday=mine)
