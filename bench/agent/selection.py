@@ -158,14 +158,14 @@ def load_pool() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
 
 
 def selection_items(
-    n_items: int, size: int, seed: int, lang: Lang = "en", *, everyday: bool | Path = False
+    n_items: int, size: int, seed: int, lang: Lang = "en", *, everyday: Path | None = None
 ) -> list[Item]:
     """The golden items (English: `GOLDEN_ITEMS`; Chinese: `ZH_ITEMS`) and, in English, the
     first `n_items` corpus items, each with the right tool among `size` at a seeded position.
-    `everyday`: instead, the golden tools' requests as a user words them (`EVERYDAY_ITEMS`),
-    each among the other golden and time tools (an agent's own tools, not the corpus's); a
-    path: that file's requests instead (the same form: ``id``, ``prompt``, ``tool``,
-    ``expected``; each ``tool`` one of those tools)."""
+    `everyday`: instead, that file's requests for the golden tools as a user words them
+    (`EVERYDAY_ITEMS`, or one's own of the same form: ``id``, ``prompt``, ``tool``,
+    ``expected``), each among the other golden and time tools (an agent's own tools, not the
+    corpus's)."""
     rows, by_name = load_pool()
     golden = golden_tools()
     named = {**by_name, **golden, **time_tools()}  # a look-alike may be any of these
@@ -174,12 +174,13 @@ def selection_items(
     candidates = [r for r in rows if len(json.dumps(r["tool"])) <= 1500]
     rng.shuffle(candidates)
     picked: list[tuple[str, str, dict[str, Any], dict[str, Any], list[str]]] = []
-    if everyday:
+    if everyday is not None:
         own = sorted({*golden, *time_tools()})
-        source = EVERYDAY_ITEMS if everyday is True else Path(everyday)
-        for g in json.loads(source.read_text()):
+        for g in json.loads(everyday.read_text()):
             if g["tool"] not in own:
-                raise ValueError(f"{source}: {g['id']}: {g['tool']!r} is not a golden or time tool")
+                raise ValueError(
+                    f"{everyday}: {g['id']}: {g['tool']!r} is not a golden or time tool"
+                )
             near = [n for n in own if n != g["tool"]]
             random.Random(f"{seed}:{g['id']}").shuffle(near)
             picked.append((g["id"], g["prompt"], named[g["tool"]], g["expected"], near))
@@ -187,7 +188,7 @@ def selection_items(
         for g in json.loads((ZH_ITEMS if lang == "zh" else GOLDEN_ITEMS).read_text()):
             near = g.get("near", [])
             picked.append((g["id"], g["prompt"], named[g["tool"]], g["expected"], near))
-    if lang == "en" and everyday is False:  # the corpus requests are English templates
+    if lang == "en" and everyday is None:  # the corpus requests are English templates
         for r in candidates[:n_items]:
             params = r["tool"]["function"]["parameters"]
             exp = expected_values(r["prompt"], params)
@@ -524,12 +525,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--everyday",
-        action="store_true",
+        action="store_const",
+        const=EVERYDAY_ITEMS,
         help="the golden tools' 24 requests as a user words them (selection_everyday.json), "
         "each among the other golden and time tools, instead of the golden and corpus items",
     )
     ap.add_argument(
         "--everyday-file",
+        dest="everyday",
         type=Path,
         help="--everyday with your own requests: a JSON list of {id, prompt, tool, expected} "
         "as selection_everyday.json, each tool one of the golden or time tools",
@@ -542,10 +545,8 @@ def main(argv: list[str] | None = None) -> int:
         "requests asked in Chinese",
     )
     args = ap.parse_args(argv)
-    if args.everyday_file is not None:
-        if not args.everyday_file.is_file():
-            ap.error(f"--everyday-file: no file {args.everyday_file}")
-        args.everyday = args.everyday_file
+    if args.everyday is not None and not args.everyday.is_file():
+        ap.error(f"--everyday-file: no file {args.everyday}")
     if args.rank_only:
         print("RESULT " + json.dumps(asyncio.run(rank_only(args))))
         return 0

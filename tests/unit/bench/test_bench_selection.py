@@ -9,6 +9,7 @@ import pytest
 
 from bench.agent.selection import (
     ARMS,
+    EVERYDAY_ITEMS,
     Row,
     _same,
     abstention_items,
@@ -139,15 +140,15 @@ def test_the_abstention_set_is_one_whatever_the_number_of_tools_offered() -> Non
 
 
 def test_the_everyday_items_offer_the_agents_own_tools() -> None:
-    items = selection_items(60, 10, 7, everyday=True)
+    items = selection_items(60, 10, 7, everyday=EVERYDAY_ITEMS)
     assert len(items) == 24 and all(it.id.startswith("everyday-") for it in items)
     own = {*golden_tools(), *time_tools()}
     for it in items:
         names = [t["function"]["name"] for t in it.tools]
         assert len(names) == 10 == len(set(names)) and names.count(it.right) == 1
         assert set(names) <= own  # no corpus tool: the look-alikes are the agent's own
-    assert selection_items(0, 10, 7, everyday=True) == items  # seeded, no corpus items
-    whole = selection_items(0, 18, 7, everyday=True)
+    assert selection_items(0, 10, 7, everyday=EVERYDAY_ITEMS) == items  # seeded, no corpus items
+    whole = selection_items(0, 18, 7, everyday=EVERYDAY_ITEMS)
     assert all(len(it.tools) == 18 for it in whole)  # every golden and time tool
 
 

@@ -25,7 +25,7 @@ exec(OLD, old.__dict__)
 
 async def main(lang: str) -> dict:
     ranker = old.ToolRanker(ServerEmbedder(EmbeddingService("all-MiniLM-L6-v2")))
-    args = argparse.Namespace(sizes=[5, 10, 30], items=60, seed=7, lang=lang, everyday=False)
+    args = argparse.Namespace(sizes=[5, 10, 30], items=60, seed=7, lang=lang, everyday=None)
     report = await rank_report(ranker, args)
     tools = json.load(open("bench/agent/time_tools.json"))
     report["time_tools"] = {
