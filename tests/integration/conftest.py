@@ -16,9 +16,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -182,3 +184,16 @@ def server(
 @pytest.fixture(scope="session")
 def client(server: Server) -> OpenAI:
     return server.client(timeout=300)
+
+
+K = TypeVar("K")
+
+
+def send_at_once(client: OpenAI, requests: Mapping[K, dict[str, Any]]) -> dict[K, Future[Any]]:
+    """Chat requests sent together (the engine batches them: a module's cases that do not need
+    the engine to themselves cost one request's time, not one each); each case reads its own
+    reply, or its error, from its future."""
+    pool = ThreadPoolExecutor(len(requests))
+    out = {key: pool.submit(client.chat.completions.create, **kw) for key, kw in requests.items()}
+    pool.shutdown(wait=False)
+    return out

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import jsonschema
 import pytest
 from openai import BadRequestError, OpenAI
 
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, send_at_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -165,36 +165,29 @@ ADVERSARIAL: dict[str, tuple[dict[str, Any], str]] = {
 RESPONSE_FORMAT = ["enum_and_bounds", "optional_and_closed", "unicode"]
 
 
-def _required(client: OpenAI, model: str, name: str) -> Any:
-    schema, prompt = ADVERSARIAL[name]
-    tool = {"type": "function", "function": {"name": f"do_{name}", "parameters": schema}}
-    return client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": prompt}],
-        tools=[tool], tool_choice="required", max_tokens=200, temperature=0,
-    )  # fmt: skip
-
-
-def _json_schema(client: OpenAI, model: str, name: str) -> Any:
-    schema, prompt = ADVERSARIAL[name]
-    return client.chat.completions.create(
-        model=model,
-        messages=[{"role": "user", "content": prompt + " Answer in JSON."}],
-        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema}},
-        max_tokens=160,
-        temperature=0,
-    )
-
-
 @pytest.fixture(scope="module")
 def replies(client: OpenAI, server: Server) -> dict[tuple[str, str], Future[Any]]:
-    """Every schema's request sent at once (the engine batches them: 11 one after the other
-    took ~55 s of `make test` in float32); each test reads its own reply, or its error."""
-    pool = ThreadPoolExecutor(len(ADVERSARIAL) + len(RESPONSE_FORMAT))
-    out = {("required", n): pool.submit(_required, client, server.model, n) for n in ADVERSARIAL}
-    for n in RESPONSE_FORMAT:
-        out["json_schema", n] = pool.submit(_json_schema, client, server.model, n)
-    pool.shutdown(wait=False)
-    return out
+    """Every schema's request at once (11 one after the other took ~55 s of `make test` in
+    float32)."""
+    requests: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, (schema, prompt) in ADVERSARIAL.items():
+        tool = {"type": "function", "function": {"name": f"do_{name}", "parameters": schema}}
+        requests["required", name] = {
+            "messages": [{"role": "user", "content": prompt}],
+            "tools": [tool], "tool_choice": "required", "max_tokens": 200,
+        }  # fmt: skip
+    for name in RESPONSE_FORMAT:
+        schema, prompt = ADVERSARIAL[name]
+        requests["json_schema", name] = {
+            "messages": [{"role": "user", "content": prompt + " Answer in JSON."}],
+            "response_format": {
+                "type": "json_schema", "json_schema": {"name": name, "schema": schema}
+            },
+            "max_tokens": 160,
+        }  # fmt: skip
+    for kw in requests.values():
+        kw.update(model=server.model, temperature=0)
+    return send_at_once(client, requests)
 
 
 @pytest.mark.parametrize("name", list(ADVERSARIAL))

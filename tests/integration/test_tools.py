@@ -4,14 +4,14 @@ calls, the tool-result round trip. Every argument string must parse and validate
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import jsonschema
 import pytest
 from openai import OpenAI
 
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, send_at_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -107,14 +107,11 @@ WHOLE: dict[str, dict[str, Any]] = {
 @pytest.fixture(scope="module")
 def replies(client: OpenAI, server: Server) -> dict[str, Future[Any]]:
     """Every non-streamed case's request at once (one after the other they took ~35 s of
-    `make test` in float32); each test reads its own reply, or its error."""
-    pool = ThreadPoolExecutor(len(WHOLE))
-    out = {
-        case: pool.submit(client.chat.completions.create, model=server.model, temperature=0, **kw)
-        for case, kw in WHOLE.items()
-    }
-    pool.shutdown(wait=False)
-    return out
+    `make test` in float32)."""
+    return send_at_once(
+        client,
+        {case: {**kw, "model": server.model, "temperature": 0} for case, kw in WHOLE.items()},
+    )
 
 
 @pytest.mark.parametrize("case", ["required", "auto", "named"])
