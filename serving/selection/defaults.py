@@ -82,11 +82,11 @@ class SelectionDefaults:
 # tool, fewer false calls, the README's agent examples still pass, golden not lower). A model
 # not listed: all off.
 # - The 0.5B: ranking, top 5, floor 0.15 (English requests only: `floor_applies`), the rule
-#   (2026-12-06, box D idle, the same hour; docs/results/selection-redecide-2026-12-06, the
+#   (2026-12-06, box C idle, the same hour; docs/results/selection-redecide-2026-12-06, the
 #   rule written before the runs): of 42 requests that need a tool (the bench's 18 at 10
 #   tools and the 24 everyday wordings, "Is it raining in Oslo?") right tool 32 against 24
 #   off, calls kept 36 against 34, false calls 5/40 against 11/40; README examples passed in
-#   three runs; golden 20/39 as off. Floor 0.3 (shipped before) cut 5 false calls fewer but
+#   three runs; golden 20/39 as off. Floor 0.3 (shipped before) had 2 false calls fewer (3/40) but
 #   kept 29 calls of 42 (everyday 12/24): its floor dropped tools from requests worded
 #   without the tools' words. 0.15 is the everyday right tools' lowest score: chosen on that
 #   set. "What time is it now in Tokyo?" had called convert_time while the ranker read the
