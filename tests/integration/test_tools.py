@@ -46,11 +46,13 @@ EMAIL = {
 }
 TOOLS = [WEATHER, EMAIL]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-CALLING_MODES = pytest.mark.parametrize(
-    "choice",
-    ["required", "auto", {"type": "function", "function": {"name": "get_weather"}}],
-    ids=["required", "auto", "named"],
-)
+# the tool_choice of each calling mode (a call must come back), by name
+CHOICES: dict[str, Any] = {
+    "required": "required",
+    "auto": "auto",
+    "named": {"type": "function", "function": {"name": "get_weather"}},
+}
+CALLING_MODES = pytest.mark.parametrize("choice", list(CHOICES.values()), ids=list(CHOICES))
 ASK = [{"role": "user", "content": "What's the weather in Paris for the next 3 days, in celsius?"}]
 
 
@@ -82,11 +84,9 @@ HAIKU = [{"role": "user", "content": "Write a haiku about autumn leaves."}]
 TWO_CITIES = [{"role": "user", "content": "Weather for Paris and for Tokyo, 7 days each."}]
 # The non-streamed cases' requests, sent at once by `replies` (the engine batches them)
 WHOLE: dict[str, dict[str, Any]] = {
-    "required": {"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 96},
-    "auto": {"messages": ASK, "tools": TOOLS, "tool_choice": "auto", "max_tokens": 96},
-    "named": {
-        "messages": ASK, "tools": TOOLS, "max_tokens": 96,
-        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    **{
+        mode: {"messages": ASK, "tools": TOOLS, "tool_choice": choice, "max_tokens": 96}
+        for mode, choice in CHOICES.items()
     },
     "named_email": {
         "messages": ASK, "tools": TOOLS, "max_tokens": 96,
@@ -114,7 +114,7 @@ def replies(client: OpenAI, server: Server) -> dict[str, Future[Any]]:
     )
 
 
-@pytest.mark.parametrize("case", ["required", "auto", "named"])
+@pytest.mark.parametrize("case", list(CHOICES))
 def test_tool_choice_modes(replies: dict[str, Future[Any]], case: str) -> None:
     r = replies[case].result()
     msg = r.choices[0].message
