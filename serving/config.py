@@ -227,7 +227,7 @@ class ServerSettings(BaseSettings):
         "only its first 256 tokens).",
     )
 
-    # -- stored responses (serving.http.responses_store) ----------------------------------
+    # -- stored responses (serving.http.responses.store) ----------------------------------
     responses_db: str | None = Field(
         default=None,
         description="Where /v1/responses keeps stored responses: a postgresql:// URL (replicas "

@@ -46,7 +46,7 @@ ENGINE_RETRY_AFTER_S = 5
 #: What a router in front of the replicas (LOOPSTACK_ENGINE_URL) answers when no replica can
 #: take the request: each becomes 503 with Retry-After (`HTTPTransport._upstream_error`).
 ROUTER_UNAVAILABLE = frozenset({404, 500, 502, 503, 504})
-# Session key of the request being served (set by serving.http.routes): sent as
+# Session key of the request being served (set by serving.http.chat.router): sent as
 # `x-session-id` on every engine call, so a session-aware router keeps a session on one replica.
 session_key_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "session_key", default=None

@@ -1,5 +1,5 @@
 """The app: `build_app` puts the serving objects on ``app.state``, includes the routes
-(`serving.http.routes`: a module-level router, one handler per endpoint, disconnects cancel the
+(`serving.http.chat.router`: a module-level router, one handler per endpoint, disconnects cancel the
 generation) and wraps them in what every request goes through - auth and the body limit
 (`serving.http.limits.EdgeGuard`), trace ids with request metrics and access log
 (`TraceMiddleware`), and the exception handlers that answer every error with the OpenAI
@@ -23,9 +23,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import ServingError, error_body
 from serving.http.limits import EdgeGuard
-from serving.http.messages_routes import install as install_messages
-from serving.http.responses_routes import router as responses_router
-from serving.http.routes import AppState, router
+from serving.http.messages.router import install as install_messages
+from serving.http.responses.router import router as responses_router
+from serving.http.chat.router import AppState, router
 from serving.metrics import Metrics
 
 __all__ = ["AppState", "TraceIdFilter", "TraceMiddleware", "build_app", "trace_id_var"]
@@ -149,7 +149,7 @@ ERROR_ANSWERS: dict[int | type[Exception], _ErrorAnswer] = {
 def build_app(
     state: AppState, *, lifespan: Any = None, routers: Sequence[APIRouter] = ()
 ) -> FastAPI:
-    """The app: `state` on ``app.state.loopstack``, the routes of `serving.http.routes.router`
+    """The app: `state` on ``app.state.loopstack``, the routes of `serving.http.chat.router.router`
     and of `routers` (more wire APIs' front-ends), the middleware and the exception
     handlers."""
     app = FastAPI(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.exceptions import InvalidRequest
-from serving.http.chat import ChatService
+from serving.http.service import ChatService
 from serving.prompt import PromptBuilder
 from serving.protocol import ChatCompletionRequest, CompletionRequest
 

@@ -52,7 +52,7 @@ def build(turns: list[str], chat: str, *, log: Path | None, api_key: str | None)
     from serving.embeddings import EmbeddingService
     from serving.http.admission import Admission
     from serving.http.app import AppState, build_app
-    from serving.http.chat import ChatService
+    from serving.http.service import ChatService
     from serving.metrics import Metrics
     from serving.prompt import PromptBuilder
 

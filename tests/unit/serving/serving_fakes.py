@@ -17,7 +17,7 @@ from serving.embeddings import EmbeddingService
 from serving.exceptions import UpstreamError
 from serving.http.admission import Admission
 from serving.http.app import AppState, build_app
-from serving.http.chat import ChatService
+from serving.http.service import ChatService
 from serving.http.limits import Limits
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder

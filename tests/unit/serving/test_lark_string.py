@@ -17,7 +17,7 @@ from serving.constraint.lark_string import (
     json_regex,
     json_string_rules,
 )
-from serving.http.responses import CUSTOM_PARAMETERS
+from serving.http.responses.translate import CUSTOM_PARAMETERS
 
 # What Codex CLI 0.169.0 sends as apply_patch's format.definition (captured from its request)
 CODEX_APPLY_PATCH = """\

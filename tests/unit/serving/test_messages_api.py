@@ -13,9 +13,9 @@ import pytest
 
 from serving.constraint.envelope import TOOL_CALL_OPEN
 from serving.exceptions import UpstreamError
-from serving.http import messages as messages_events
-from serving.http import messages_routes
-from serving.http.messages_protocol import message_from_chat
+from serving.http.messages import encoder as messages_events
+from serving.http.messages import router as messages_routes
+from serving.http.messages.protocol import message_from_chat
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import ADD as CHAT_ADD
 from tests.unit.serving.serving_helpers import PARIS, call

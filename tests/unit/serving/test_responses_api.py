@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from serving.http import responses_stream
+from serving.http.responses import encoder as responses_stream
 from tests.unit.serving.responses_helpers import (
     APPLY_PATCH,
     FN_WEATHER,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bench.memory.local_postgres import LocalPostgres
-from serving.http.responses_store import (
+from serving.http.responses.store import (
     PostgresStore,
     SqliteStore,
     Stored,

@@ -18,8 +18,8 @@ from starlette.types import Message
 
 from serving.exceptions import InvalidRequest
 from serving.http.app import build_app
-from serving.http.messages_routes import router as messages_router
-from serving.http.routes import CLIENT_CLOSED_REQUEST, router, with_cancellation
+from serving.http.messages.router import router as messages_router
+from serving.http.chat.router import CLIENT_CLOSED_REQUEST, router, with_cancellation
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import chat_body, post_chat
 
@@ -32,7 +32,7 @@ ROUTES = {
     ("/v1/embeddings", "POST"),
 }
 CANCELLABLE = {"/v1/chat/completions", "/v1/completions"}  # the ones that generate
-# The Responses API's own router (serving.http.responses_routes), included by build_app
+# The Responses API's own router (serving.http.responses.router), included by build_app
 RESPONSES_ROUTES = {
     ("/v1/responses", "POST"),
     ("/v1/responses/{response_id}", "GET"),

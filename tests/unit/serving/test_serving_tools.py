@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from serving.http.chat import MAX_ATTEMPTS
+from serving.http.service import MAX_ATTEMPTS
 from serving.prompt import TOOL_CALL_OPEN
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import (

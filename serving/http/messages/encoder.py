@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from serving.exceptions import ServingError, UpstreamError
-from serving.http.messages_protocol import message_id, stop_reason, usage
+from serving.http.messages.protocol import message_id, stop_reason, usage
 from serving.metrics import Metrics
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@
 ``previous_response_id`` chain) into a `serving.protocol.ChatCompletionRequest`, which
 `serving.chat.ChatService` serves exactly as ``/v1/chat/completions``; `whole_response`
 turns the chat answer back into a Response object (the streamed form is
-`serving.http.responses_stream`).
+`serving.http.responses.encoder`).
 
 What maps onto what:
 
@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from serving.constraint.lark_string import LARK_KEY, LarkUnsupported, json_string_rules
 from serving.exceptions import InvalidRequest
-from serving.http.responses_protocol import (
+from serving.http.responses.protocol import (
     MAX_INPUT_ITEMS,
     ResponsesRequest,
     custom_call_item,

@@ -1,7 +1,7 @@
 """The OpenAI Responses API on the wire: the request model we validate, the shapes we build.
 
 Validated strictly only where loopstack acts on a field; input items and tools are kept as
-JSON objects here and read one by one in `serving.http.responses` (each client sends its
+JSON objects here and read one by one in `serving.http.responses.translate` (each client sends its
 own variety: the Agents SDK replays its output items unchanged, Codex sends items without
 ids, hosted tool types we skip). Whatever the request carries is still sane JSON
 (`serving.protocol.check_json_values`, through `_Request`).

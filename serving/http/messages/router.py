@@ -1,12 +1,12 @@
 """``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: the Anthropic Messages API as
 a thin front-end over the one chat request.
 
-A Messages body is translated (`serving.http.messages_protocol.to_chat`) into a
+A Messages body is translated (`serving.http.messages.protocol.to_chat`) into a
 `serving.protocol.ChatCompletionRequest` and served by `serving.chat.ChatService` exactly as
 ``/v1/chat/completions`` serves it: the same model check (with ``LOOPSTACK_MODEL_ALIASES``),
 limits (`serving.limits.check_chat`), ``max_tokens`` lowered to fit (`context_fit`),
 admission slot, constraint backend and its guarantee, metrics and trace id. Its answer is
-translated back (`serving.http.messages`).
+translated back (`serving.http.messages.encoder`).
 
 Errors on these routes use Anthropic's envelope ``{"type": "error", "error": {"type",
 "message"}}``: `AnthropicErrors`, an ASGI middleware, rewrites every error answer of a
@@ -32,18 +32,18 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import InvalidRequest
-from serving.http import messages as events
-from serving.http.chat import wire_headers
+from serving.http.messages import encoder as events
+from serving.http.service import wire_headers
 from serving.http.context_fit import clamped, fit_chat
 from serving.http.limits import check_chat
-from serving.http.messages_protocol import (
+from serving.http.messages.protocol import (
     CountTokensRequest,
     MessagesRequest,
     chat_request,
     message_from_chat,
     to_chat,
 )
-from serving.http.routes import (
+from serving.http.chat.router import (
     AppState,
     _check_model,
     app_state,

@@ -13,7 +13,7 @@ key) stay visible to the streamed body that is read after it returns; an abort i
 `serving.http.app.build_app` makes the app: it stores an `AppState` on ``app.state.loopstack``,
 includes `router`, and installs the middleware (auth, body limit, trace ids) and the
 exception handlers that turn every error into an OpenAI error body (more front-ends: its
-``routers``). What a request means lives in `serving.http.chat` / `serving.embeddings`; a
+``routers``). What a request means lives in `serving.http.service` / `serving.embeddings`; a
 generating handler hands `_generate` a front-end's `Answer` (body, whole or streamed, and its
 headers), run in an admission slot.
 """
@@ -40,7 +40,7 @@ from serving.engine.transport import ENGINE_RETRY_AFTER_S, session_key_var
 from serving.exceptions import ModelNotFound, ServingError
 from serving.http.admission import Admission
 from serving.http.aliases import resolve_model_name
-from serving.http.chat import Answer, ChatService, wire_headers
+from serving.http.service import Answer, ChatService, wire_headers
 from serving.http.codex_catalogue import codex_model_info
 from serving.http.context_fit import clamped, fit_chat, fit_completion
 from serving.http.limits import Limits, check_chat, check_completion, check_embeddings

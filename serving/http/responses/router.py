@@ -5,8 +5,8 @@ A request goes the chat endpoint's way: the model and the edge limits checked (`
 on the translated request), one admission slot for the whole generation (`_generate`, the
 stream keeping it until it ends), `ChatService.create` (constraint backend, guarantee,
 metrics), a client that leaves cancels it (`with_cancellation`); errors are the app's
-OpenAI error bodies. Only the shape differs (`serving.http.responses`,
-`serving.http.responses_stream`). The store (`serving.http.responses_store`) is
+OpenAI error bodies. Only the shape differs (`serving.http.responses.translate`,
+`serving.http.responses.encoder`). The store (`serving.http.responses.store`) is
 ``app.state.responses_store``, set by `serving.server.create_app`; an app built without one
 (tests) gets an in-memory SQLite store on first use.
 """
@@ -20,14 +20,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from serving.exceptions import InvalidRequest, RequestError
-from serving.http.chat import Answer, wire_headers
+from serving.http.service import Answer, wire_headers
 from serving.http.context_fit import clamped, fit_chat
 from serving.http.limits import check_chat
-from serving.http.responses import to_chat, whole_response
-from serving.http.responses_protocol import ResponsesRequest, new_id
-from serving.http.responses_store import ResponseStore, SqliteStore, Stored, owner_of
-from serving.http.responses_stream import ResponseEvents
-from serving.http.routes import (
+from serving.http.responses.translate import to_chat, whole_response
+from serving.http.responses.protocol import ResponsesRequest, new_id
+from serving.http.responses.store import ResponseStore, SqliteStore, Stored, owner_of
+from serving.http.responses.encoder import ResponseEvents
+from serving.http.chat.router import (
     ERROR_RESPONSES,
     _check_model,
     _generate,

@@ -29,8 +29,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from serving.exceptions import ServingError
-from serving.http.responses import Translated, call_item, chat_usage, custom_input, status_of
-from serving.http.responses_protocol import (
+from serving.http.responses.translate import Translated, call_item, chat_usage, custom_input, status_of
+from serving.http.responses.protocol import (
     ResponsesRequest,
     message_item,
     new_id,
