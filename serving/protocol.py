@@ -67,7 +67,7 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class _Request(_Open):
+class RequestBase(_Open):
     """A request body: checked as a whole by `check_json_values` before field validation."""
 
     @model_validator(mode="before")
@@ -229,7 +229,7 @@ class LoopstackOptions(BaseModel):
         return None if value is False else value
 
 
-class ChatCompletionRequest(_Request):
+class ChatCompletionRequest(RequestBase):
     model: str
     messages: list[Message] = Field(min_length=1)
     tools: list[ToolDef] | None = None
@@ -266,7 +266,7 @@ class ChatCompletionRequest(_Request):
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 
 
-class CompletionRequest(_Request):
+class CompletionRequest(RequestBase):
     model: str
     prompt: (
         str
@@ -285,7 +285,7 @@ class CompletionRequest(_Request):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
 
 
-class EmbeddingRequest(_Request):
+class EmbeddingRequest(RequestBase):
     model: str
     input: str | list[str]
     encoding_format: Literal["float", "base64"] = "float"

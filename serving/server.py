@@ -48,9 +48,9 @@ from serving.exceptions import EnginePortInUse
 from serving.http.admission import Admission
 from serving.http.aliases import parse_aliases
 from serving.http.app import AppState, TraceIdFilter, build_app
-from serving.http.service import ChatService
 from serving.http.limits import Limits
 from serving.http.responses.store import StoreLimits, open_store
+from serving.http.service import ChatService
 from serving.metrics import Metrics
 from serving.prompt import BackgroundTokenizer, PromptBuilder
 from serving.selection.defaults import selection_defaults

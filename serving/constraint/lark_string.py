@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 #: The key of a tool's parameters that carries a Lark grammar for its one string ``input``
-#: (a Responses ``custom`` tool; `serving.http.responses.translate`); the guidance backend enforces it.
+#: (a Responses ``custom`` tool; `serving.http.responses.translate`); the guidance backend
+#: enforces it.
 LARK_KEY = "x-loopstack-lark"
 STRING_HEAD, STRING_TAIL = '{"input": "', '"}'  # the arguments around the text
 MAX_CODE = 0x10FFFF

@@ -269,7 +269,7 @@ class Resolver:
 
     async def completion(
         self, body: dict[str, Any], transport: Transport
-    ) -> dict[str, Any] | AsyncIterator[bytes]:
+    ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
         return await pass_completion(self.backend, body, transport)
 
 
@@ -286,9 +286,9 @@ async def pass_through(
     admitted = await admit_constraints(body, backend, constrained=req.loopstack.constrained)
     body, schema = admitted.body, admitted.schema
     if req.stream:
-        lines = await relay(transport, CHAT_PATH, body)
-        assert not isinstance(lines, dict)
-        yield Relay(lines)
+        chunks = await relay(transport, CHAT_PATH, body)
+        assert not isinstance(chunks, dict)
+        yield Relay(chunks)
         return
     temperature = float(body.get("temperature") or 0.0)
 
@@ -310,7 +310,7 @@ async def pass_through(
 
 async def pass_completion(
     backend: Backend, body: dict[str, Any], transport: Transport
-) -> dict[str, Any] | AsyncIterator[bytes]:
+) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
     """A /v1/completions body, its client constraint admitted (or InvalidRequest), relayed."""
     send = (await admit_constraints(body, backend)).body
     return await relay(transport, "/v1/completions", send)

@@ -6,7 +6,7 @@
 * `Event` - what `resolve` yields: `Header` (a response header), `Ready` (admitted: a tool
   turn starts), content text, tool-call deltas, `Retry` (a turn generated again),
   `AutoSwitch` (outlines: free text turned into a constrained call), then `Done`; or, for a
-  request passed through to the engine, `Whole` (its answer) or `Relay` (its SSE lines).
+  request passed through to the engine, `Whole` (its answer) or `Relay` (its stream's chunks).
   The chat front-end assembles the reply from them and counts the metrics from them.
 * `REGENERATE` and `regenerating` - the one regenerate-on-invalid policy and the one loop
   that applies it: a turn (or a ``response_format`` reply) whose output fails its schema is
@@ -122,9 +122,10 @@ class Whole:
 
 @dataclass(frozen=True)
 class Relay:
-    """A request passed through to the engine: its answer's SSE lines, framed."""
+    """A request passed through to the engine: its answer's stream, as the engine's chunk
+    objects (read by the transport's one SSE reader, `sse_json`)."""
 
-    lines: AsyncIterator[bytes]
+    chunks: AsyncIterator[dict[str, Any]]
 
 
 @dataclass

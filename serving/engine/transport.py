@@ -12,7 +12,8 @@ stream early aborts the generation. Three things are a transport:
 * whatever a later front-end puts in between (a router, a recorder).
 
 `relay` is the one place a request is passed through to the engine as it is (chat without
-tools, ``/v1/completions``): the answer whole, or the stream re-framed as SSE.
+tools, ``/v1/completions``): the answer whole, or the stream's objects read by `sse_json`, the
+one reader of the engine's SSE (the front-ends encode objects and events, never parse bytes).
 """
 
 from __future__ import annotations
@@ -67,16 +68,11 @@ async def collect(transport: Transport, path: str, body: dict[str, Any]) -> dict
 
 async def relay(
     transport: Transport, path: str, body: dict[str, Any]
-) -> dict[str, Any] | AsyncIterator[bytes]:
-    """`body` passed through: the whole answer, or (``stream``) its SSE lines re-framed."""
+) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
+    """`body` passed through: the whole answer, or (``stream``) its stream's objects."""
     if not body.get("stream"):
         return await collect(transport, path, body)
-    return _framed(transport.send(path, body))
-
-
-async def _framed(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for line in lines:
-        yield line + b"\n\n"
+    return sse_json(transport.send(path, body))
 
 
 async def sse_json(lines: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any]]:

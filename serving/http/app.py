@@ -22,10 +22,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import ServingError, error_body
+from serving.http.chat.router import router
 from serving.http.limits import EdgeGuard
 from serving.http.messages.router import install as install_messages
 from serving.http.responses.router import router as responses_router
-from serving.http.chat.router import AppState, router
+from serving.http.state import AppState
 from serving.metrics import Metrics
 
 __all__ = ["AppState", "TraceIdFilter", "TraceMiddleware", "build_app", "trace_id_var"]

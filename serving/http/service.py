@@ -1,27 +1,30 @@
-"""Chat completions: the wire API's front-end. It turns the events a constraint backend
-resolves a request into (`serving.constraint.resolve`) into the reply, whole or as SSE.
+"""The chat service: one chat request, resolved by the constraint backend, as one `Turn`.
 
-`ChatService.create(req)` returns an `Answer`: the body (a JSON object, or the SSE stream)
-and the headers the reply carries. What it does itself:
+Every wire API (chat completions, Responses, Messages) translates its request into a
+`serving.protocol.ChatCompletionRequest` and hands it here; what comes back is the same for
+all three, so the same conversation reaches the engine as the same prompt, under the same
+constraint and the same selection defaults, whichever API it came through. What
+`ChatService.turn(req)` does:
 
-1. ``loopstack.tool_rank`` (`serving.selection`): the tools ranked and cut first, said in
+1. the server's selection defaults (`serving.selection.defaults`) for a request that does not
+   say how its tools are selected, said in ``x-loopstack-selection``;
+2. ``loopstack.tool_rank`` (`serving.selection`): the tools ranked and cut, said in
    ``x-loopstack-tools-offered``;
-2. the request as the backends take it (`TurnRequest`: the prompt renderer, the engine's
+3. the request as the backends take it (`TurnRequest`: the prompt renderer, the engine's
    model name, the tool turn's budget, ``loopstack.abstain``'s rule);
-3. `Resolver.resolve` - the configured backend, or the unconstrained baseline - owns the
+4. `Resolver.resolve` - the configured backend, or the unconstrained baseline - owns the
    rest: admission, schema repair, ``no_repeat``, planning, the constraint compiled first,
-   the turn and its regenerate loop, and what passes through to the engine as it is;
-4. the events as the reply: `Header`s until `Ready` (everything a 400 can come from is
-   behind it), then content and tool-call deltas and `Done`; a passed-through request's
-   answer (`Whole`, `Relay`) as it came. The tool metrics are counted from the events here
-   (`_counted`, the one place).
+   the turn and its regenerate loop, and what passes through to the engine as it is.
+
+Everything a 400 can come from happens before `turn` returns. The `Turn` carries the headers
+and either the typed events of a tool turn (`serving.http.events`; the tool metrics counted
+here, `_counted`, the one place) or the engine's own answer to a request passed through.
 
 `completion(body)` is ``/v1/completions``: its client constraint admitted, relayed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -35,40 +38,40 @@ from serving.constraint.turn import (
     MAX_ATTEMPTS,
     AutoSwitch,
     Done,
-    Event,
     Header,
     Ready,
     Relay,
     Retry,
     Whole,
 )
+from serving.constraint.turn import (
+    Event as BackendEvent,
+)
 from serving.engine.supervisor import Engine
 from serving.exceptions import InvalidRequest
+from serving.http.events import (
+    CallDelta,
+    CallStart,
+    Completion,
+    Event,
+    Finish,
+    TextDelta,
+    Usage,
+    completion_of,
+    events_of_chunk,
+    fold,
+)
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
-from serving.protocol import (
-    ChatCompletionRequest,
-    chat_chunk,
-    chat_response,
-    completion_id,
-    tool_call_dict,
-)
+from serving.protocol import ChatCompletionRequest
 from serving.selection.defaults import SelectionDefaults
 from serving.selection.rank import ToolRanker
 from serving.selection.requests import ABSTAIN_RULE, rank_request
 
-__all__ = ["MAX_ATTEMPTS", "Answer", "ChatService"]
+__all__ = ["MAX_ATTEMPTS", "ChatService", "Turn", "wire_headers"]
 
 logger = logging.getLogger(__name__)
 MAX_HEADER = 1000  # a header's value is cut to this many characters
-
-
-@dataclass
-class Answer:
-    """What a front-end returns: the body (whole, or the SSE stream) and its headers."""
-
-    body: dict[str, Any] | AsyncIterator[bytes]
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 def wire_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -84,6 +87,65 @@ def wire_headers(headers: dict[str, str]) -> dict[str, str]:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass
+class Turn:
+    """One chat request's answer, before any wire format: its headers, and either the typed
+    events of a generated tool turn (`generated`) or the engine's own answer to a request it
+    was passed (`passed`: the whole ``chat.completion``, or the stream's chunk objects).
+
+    `events()` is the answer as typed events either way; `completion()` folds them."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    prompt_tokens: int | None = None  # counted for a tool turn
+    generated: AsyncIterator[Event] | None = None
+    passed: dict[str, Any] | AsyncIterator[dict[str, Any]] | None = None
+
+    def events(self) -> AsyncIterator[Event]:
+        if self.generated is not None:
+            return self.generated
+        return _events_of(self.passed)
+
+    async def completion(self) -> Completion:
+        if isinstance(self.passed, dict):
+            return completion_of(self.passed)
+        return await fold(self.events())
+
+    async def aclose(self) -> None:
+        """Close the engine stream (vLLM aborts the generation) if it was not read."""
+        for it in (self.generated, self.passed):
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def _events_of(
+    passed: dict[str, Any] | AsyncIterator[dict[str, Any]] | None,
+) -> AsyncIterator[Event]:
+    if passed is None:
+        return
+    if isinstance(passed, dict):
+        done = completion_of(passed)
+        if done.text:
+            yield TextDelta(done.text)
+        for i, call in enumerate(done.calls):
+            yield CallStart(i, call.id, call.name)
+            if call.arguments:
+                yield CallDelta(i, call.arguments)
+        yield Finish(done.finish, done.matched)
+        if done.usage is not None:
+            yield done.usage
+        return
+    seen: set[int] = set()
+    try:
+        async for chunk in passed:
+            for ev in events_of_chunk(chunk, seen):
+                yield ev
+    finally:
+        aclose = getattr(passed, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class ChatService:
@@ -109,14 +171,12 @@ class ChatService:
         self.selection = selection or SelectionDefaults()
 
     # -- entry points ---------------------------------------------------------------------
-    async def create(self, req: ChatCompletionRequest, *, server_defaults: bool = True) -> Answer:
-        """`req` answered. `server_defaults`: a request that does not say how its tools are
-        selected gets the server's selection defaults (`serving.selection.defaults`); the
-        agent-harness front-ends (Responses, Messages) pass False: a harness offers the tools a
-        whole task needs, and ranking them by its latest message dropped the ones it called
-        next (Claude Code lost Read)."""
+    async def turn(self, req: ChatCompletionRequest) -> Turn:
+        """`req` answered: everything that can refuse it (a 400) has run when this returns.
+        Every front-end gets the same selection defaults: a request is served by what it
+        says, not by the API it came through."""
         headers: dict[str, str] = {}
-        req, applied = self.selection.apply(req) if server_defaults else (req, [])
+        req, applied = self.selection.apply(req)
         if applied:
             headers["x-loopstack-selection"] = "server defaults: " + ",".join(applied)
         if req.loopstack.tool_rank is not None and req.tools:
@@ -139,97 +199,47 @@ class ChatService:
             if isinstance(ev, Header):
                 headers[ev.name] = ev.value[:MAX_HEADER]
             elif isinstance(ev, Whole):
-                return Answer(ev.body, headers)
+                return Turn(headers, passed=ev.body)
             elif isinstance(ev, Relay):
-                return Answer(ev.lines, headers)
+                return Turn(headers, passed=ev.chunks)
             elif isinstance(ev, Ready):
                 self.metrics.tool_requests.labels(mode=ev.mode).inc()
-                turn = self._counted(ev, events)
-                if req.stream:
-                    return Answer(self._stream_tools(req, ev, turn), headers)
-                return Answer(await self._complete_tools(req, ev, turn), headers)
+                return Turn(headers, ev.prompt_tokens, generated=self._counted(ev, events))
         raise AssertionError("a backend's resolve ended before its reply")  # pragma: no cover
 
-    async def completion(self, body: dict[str, Any]) -> dict[str, Any] | AsyncIterator[bytes]:
+    async def completion(
+        self, body: dict[str, Any]
+    ) -> dict[str, Any] | AsyncIterator[dict[str, Any]]:
         """A /v1/completions body: its client constraint admitted (or 400), relayed."""
         return await self.resolver.completion(body, self.engine.transport)
 
     # -- tool calls ---------------------------------------------------------------------
     async def _counted(
-        self, ready: Ready, events: AsyncIterator[Event]
-    ) -> AsyncIterator[ContentDelta | CallEvent | Done]:
-        """The turn's events for the reply; the one place the tool metrics count."""
-        async for ev in events:
-            if isinstance(ev, Retry):
-                self.metrics.tool_retries.inc()
-            elif isinstance(ev, AutoSwitch):
-                self.metrics.auto_switches.inc()
-            elif isinstance(ev, ContentDelta | CallEvent | Done):
-                if isinstance(ev, Done) and ev.checked:
-                    calls = self.metrics.tool_calls
-                    calls.labels(mode=ready.mode, valid="true").inc(ev.calls - ev.invalid)
-                    calls.labels(mode=ready.mode, valid="false").inc(ev.invalid)
-                yield ev
-
-    # -- assembling responses -------------------------------------------------------------
-    async def _complete_tools(
-        self, req: ChatCompletionRequest, ready: Ready, turn: AsyncIterator[Event]
-    ) -> dict[str, Any]:
-        content, done = "", Done("stop", 0)
-        calls: dict[int, dict[str, Any]] = {}
-        async for ev in turn:
-            if isinstance(ev, ContentDelta):
-                content += ev.text
-            elif isinstance(ev, CallEvent):
-                call = calls.setdefault(ev.index, tool_call_dict(ev.id, ev.name or "", ""))
-                call["function"]["arguments"] += ev.arguments_delta
-            elif isinstance(ev, Done):
-                done = ev
-        return chat_response(
-            id_=completion_id(),
-            model=req.model,
-            content=content.strip() or None if calls else content,
-            tool_calls=[calls[i] for i in sorted(calls)],
-            finish_reason=done.finish_reason,
-            usage=_usage(ready.prompt_tokens, done.completion_tokens, done.cached_tokens),
-        )
-
-    async def _stream_tools(
-        self, req: ChatCompletionRequest, ready: Ready, turn: AsyncIterator[Event]
-    ) -> AsyncIterator[bytes]:
-        id_, model = completion_id(), req.model
-
-        def sse(**kw: Any) -> bytes:
-            return b"data: " + json.dumps(chat_chunk(id_=id_, model=model, **kw)).encode() + b"\n\n"
-
-        yield sse(delta={"role": "assistant", "content": ""})
-        async for ev in turn:
-            if isinstance(ev, ContentDelta):
-                yield sse(delta={"content": ev.text})
-            elif isinstance(ev, CallEvent):
-                d: dict[str, Any] = {
-                    "index": ev.index,
-                    "function": {"arguments": ev.arguments_delta},
-                }
-                if ev.name is not None:
-                    d.update(id=ev.id, type="function")
-                    d["function"]["name"] = ev.name
-                yield sse(delta={"tool_calls": [d]})
-            elif isinstance(ev, Done):
-                yield sse(finish_reason=ev.finish_reason)
-                if req.include_usage:
-                    yield sse(
-                        usage=_usage(ready.prompt_tokens, ev.completion_tokens, ev.cached_tokens)
-                    )
-        yield b"data: [DONE]\n\n"
-
-
-def _usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-    if cached is not None:  # the engine runs with --enable-prompt-tokens-details
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
-    return usage
+        self, ready: Ready, events: AsyncIterator[BackendEvent]
+    ) -> AsyncIterator[Event]:
+        """The turn's events, typed for the front-ends; the one place the tool metrics count."""
+        try:
+            async for ev in events:
+                if isinstance(ev, Retry):
+                    self.metrics.tool_retries.inc()
+                elif isinstance(ev, AutoSwitch):
+                    self.metrics.auto_switches.inc()
+                elif isinstance(ev, ContentDelta):
+                    if ev.text:
+                        yield TextDelta(ev.text)
+                elif isinstance(ev, CallEvent):
+                    if ev.name is not None:
+                        yield CallStart(ev.index, ev.id, ev.name)
+                    if ev.arguments_delta:
+                        yield CallDelta(ev.index, ev.arguments_delta)
+                elif isinstance(ev, Done):
+                    if ev.checked:
+                        calls = self.metrics.tool_calls
+                        calls.labels(mode=ready.mode, valid="true").inc(ev.calls - ev.invalid)
+                        calls.labels(mode=ready.mode, valid="false").inc(ev.invalid)
+                    yield Finish(ev.finish_reason)
+                    yield Usage(ready.prompt_tokens, ev.completion_tokens, ev.cached_tokens)
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()

@@ -1,37 +1,35 @@
-"""The chat path's answer as Anthropic Messages: a whole message, or the exact SSE events.
+"""The Messages API's encoder: a `Turn`'s typed events as Anthropic's SSE events, or the
+whole message.
 
-The chat path (`serving.chat.ChatService`) answers a dict or chat-completion SSE chunks;
-`StreamTranslator` turns the chunks into the event sequence the anthropic SDK checks::
+The event sequence the anthropic SDK checks::
 
     message_start (content: [], usage)
     content_block_start -> content_block_delta* (text_delta | input_json_delta) ->
         content_block_stop                                      (per block)
     message_delta (stop_reason, stop_sequence, usage) -> message_stop
 
-`relay` sends ``message_start`` at once and a ``ping`` after every `PING_INTERVAL_S` of
-silence - a CPU prefills Claude Code's ~19k-token first prompt for minutes, and clients give
-up on a silent connection. An error once the events have begun is an ``event: error`` with
-the Anthropic envelope. The admission slot is held until the stream ends.
+The pipeline (`serving.http.pipeline`) sends ``message_start`` once the first event is in (or
+a second has passed) and a ``ping`` in every silence - a CPU prefills Claude Code's ~19k-token
+first prompt for minutes, and clients give up on a silent connection. An error once the
+events have begun is an ``event: error`` with the Anthropic envelope.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from serving.exceptions import ServingError, UpstreamError
-from serving.http.messages.protocol import message_id, stop_reason, usage
-from serving.metrics import Metrics
+from serving.exceptions import ServingError
+from serving.http.context_fit import Fit
+from serving.http.events import CallDelta, CallStart, Event, Finish, TextDelta, Usage
+from serving.http.messages.protocol import message_id, stop_reason, tool_input, usage
+from serving.http.service import Turn
 
 logger = logging.getLogger(__name__)
-__all__ = ["PING_INTERVAL_S", "StreamTranslator", "anthropic_error", "error_type", "relay"]
-
-#: Seconds of silence (a long prefill, a grammar compiling) after which a ``ping`` is sent.
-PING_INTERVAL_S = 5.0
+__all__ = ["MessagesEncoder", "anthropic_error", "error_type"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -60,30 +58,12 @@ def event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def sse_objects(buffer: bytearray, chunk: bytes) -> list[dict[str, Any] | str]:
-    """The ``data:`` payloads complete in `buffer` + `chunk` (JSON objects, or ``[DONE]``);
-    an incomplete tail stays in `buffer`."""
-    buffer += chunk
-    out: list[dict[str, Any] | str] = []
-    while (end := buffer.find(b"\n\n")) >= 0:
-        raw, buffer[:] = bytes(buffer[:end]), buffer[end + 2 :]
-        for line in raw.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                out.append("[DONE]")
-            elif payload:
-                out.append(json.loads(payload))
-    return out
+class MessagesEncoder:
+    """One message's events (stream) or the whole message."""
 
-
-class StreamTranslator:
-    """Chat-completion chunks in, Anthropic events out (one translator per response)."""
-
-    def __init__(self, *, model: str, input_tokens: int, stop_sequences: list[str] | None):
+    def __init__(self, *, model: str, stop_sequences: list[str] | None):
         self.model = model
-        self.input_tokens = input_tokens
+        self.input_tokens = 0
         self.stop_sequences = stop_sequences
         self.index = -1  # the open block's index
         self.open: str | None = None  # "text" | "tool_use"
@@ -91,10 +71,19 @@ class StreamTranslator:
         self.pending_space = ""  # whitespace before any text block: sent once text follows
         self.finish: str | None = None
         self.matched: Any = None
-        self.usage: dict[str, Any] = {}
-        self.done = False
+        self.usage: Usage | None = None
 
-    def start(self) -> bytes:
+    # -- the pipeline's encoder -------------------------------------------------------------
+    def bind(self, fit: Fit) -> None:
+        self.input_tokens = fit.prompt_tokens or 0  # counted: ``message_start`` says it
+
+    def in_band(self, exc: ServingError) -> bool:
+        return False
+
+    def items(self, turn: Turn) -> AsyncIterator[Event]:
+        return turn.events()
+
+    def opening(self) -> list[bytes]:
         message: dict[str, Any] = {
             "id": message_id(),
             "type": "message",
@@ -105,8 +94,74 @@ class StreamTranslator:
             "stop_sequence": None,
             "usage": usage(self.input_tokens, 0, None),
         }
-        return event("message_start", {"type": "message_start", "message": message})
+        return [event("message_start", {"type": "message_start", "message": message})]
 
+    def keepalive(self) -> bytes:
+        return event("ping", {"type": "ping"})
+
+    def failed(self, exc: ServingError) -> list[bytes]:
+        logger.warning("messages stream failed: %s", exc.message)
+        return [event("error", anthropic_error(exc.status_code, exc.message))]
+
+    def encode(self, item: Event) -> list[bytes]:
+        if isinstance(item, TextDelta):
+            return self._text(item.text)
+        if isinstance(item, CallStart):
+            return self._call_start(item)
+        if isinstance(item, CallDelta):
+            return self._call_delta(item)
+        if isinstance(item, Finish):
+            self.finish, self.matched = item.reason, item.matched
+        elif isinstance(item, Usage):
+            self.usage = item
+        return []
+
+    async def closing(self) -> list[bytes]:
+        finish = self.finish
+        if self.calls and finish in (None, "stop"):
+            finish = "tool_calls"
+        reason, matched = stop_reason(finish, self.matched, self.stop_sequences)
+        u = self.usage or Usage(self.input_tokens, 0)
+        final = usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens)
+        final.pop("cache_creation_input_tokens")
+        delta = {"stop_reason": reason, "stop_sequence": matched}
+        return [
+            *self._close(),
+            event("message_delta", {"type": "message_delta", "delta": delta, "usage": final}),
+            event("message_stop", {"type": "message_stop"}),
+        ]
+
+    async def whole(self, turn: Turn) -> dict[str, Any]:
+        done = await turn.completion()
+        content: list[dict[str, Any]] = []
+        if done.text.strip():
+            content.append({"type": "text", "text": done.text.strip() if done.calls else done.text})
+        for call in done.calls:
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": call.id or f"toolu_{uuid.uuid4().hex[:24]}",
+                    "name": call.name,
+                    "input": tool_input(call.arguments),
+                }
+            )
+        finish = done.finish
+        if done.calls and finish == "stop":
+            finish = "tool_calls"
+        reason, matched = stop_reason(finish, done.matched, self.stop_sequences)
+        u = done.usage or Usage(turn.prompt_tokens or 0, 0)
+        return {
+            "id": message_id(),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": reason,
+            "stop_sequence": matched,
+            "usage": usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens),
+        }
+
+    # -- blocks -----------------------------------------------------------------------------
     def _close(self) -> list[bytes]:
         if self.open is None:
             return []
@@ -126,120 +181,33 @@ class StreamTranslator:
             data["index"] = index
         return event("content_block_delta", data)
 
-    def feed(self, obj: dict[str, Any]) -> list[bytes]:
-        """Events for one chat chunk. Raises `UpstreamError` for an in-band error."""
-        if "error" in obj:
-            err = obj["error"] if isinstance(obj["error"], dict) else {}
-            code = err.get("code")
-            raise UpstreamError(code if isinstance(code, int) and 400 <= code < 600 else 502, obj)
-        if isinstance(obj.get("usage"), dict):
-            self.usage = obj["usage"]
+    def _text(self, text: str) -> list[bytes]:
         out: list[bytes] = []
-        for choice in obj.get("choices") or []:
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            if isinstance(text, str) and text:
-                if self.open != "text":
-                    if not (self.pending_space + text).strip():
-                        self.pending_space += text
-                        continue
-                    text, self.pending_space = self.pending_space + text, ""
-                    out += self._open({"type": "text", "text": ""})
-                out.append(self._delta({"type": "text_delta", "text": text}))
-            for call in delta.get("tool_calls") or []:
-                out += self._tool_delta(call)
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-                self.matched = choice.get("stop_reason")
+        if self.open != "text":
+            if not (self.pending_space + text).strip():
+                self.pending_space += text
+                return out
+            text, self.pending_space = self.pending_space + text, ""
+            out += self._open({"type": "text", "text": ""})
+        out.append(self._delta({"type": "text_delta", "text": text}))
         return out
 
-    def _tool_delta(self, call: dict[str, Any]) -> list[bytes]:
-        out: list[bytes] = []
-        fn = call.get("function") or {}
-        chat_index = int(call.get("index", 0))
-        if chat_index not in self.calls:
-            block: dict[str, Any] = {
-                "type": "tool_use",
-                "id": call.get("id") or f"toolu_{message_id()[4:]}",
-                "name": fn.get("name") or "",
-                "input": {},
-            }
-            self.pending_space = ""
-            out += self._open(block)
-            self.calls[chat_index] = self.index
-        args = fn.get("arguments")
-        if isinstance(args, str) and args:
-            partial = {"type": "input_json_delta", "partial_json": args}
-            out.append(self._delta(partial, self.calls[chat_index]))
+    def _call_start(self, call: CallStart) -> list[bytes]:
+        if call.index in self.calls:
+            return []
+        block: dict[str, Any] = {
+            "type": "tool_use",
+            "id": call.id or f"toolu_{message_id()[4:]}",
+            "name": call.name,
+            "input": {},
+        }
+        self.pending_space = ""
+        out = self._open(block)
+        self.calls[call.index] = self.index
         return out
 
-    def finish_events(self) -> list[bytes]:
-        finish = self.finish
-        if self.calls and finish in (None, "stop"):
-            finish = "tool_calls"
-        reason, matched = stop_reason(finish, self.matched, self.stop_sequences)
-        u = self.usage
-        cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
-        final = usage(u.get("prompt_tokens", self.input_tokens), u.get("completion_tokens", 0),
-                      cached)  # fmt: skip
-        final.pop("cache_creation_input_tokens")
-        delta = {"stop_reason": reason, "stop_sequence": matched}
-        self.done = True
-        return [
-            *self._close(),
-            event("message_delta", {"type": "message_delta", "delta": delta, "usage": final}),
-            event("message_stop", {"type": "message_stop"}),
-        ]
-
-
-async def relay(
-    translator: StreamTranslator,
-    first: asyncio.Future[bytes | None],
-    rest: AsyncIterator[bytes],
-    slot: contextlib.AsyncExitStack,
-    metrics: Metrics,
-) -> AsyncIterator[bytes]:
-    """The events of a stream whose first chunk `first` is awaited (or already there), the
-    chunks of `rest` after it; pings in the silences; the slot released at the end."""
-    buffer = bytearray()
-    pending: asyncio.Future[bytes | None] | None = first
-    try:
-        yield translator.start()
-        while pending is not None:
-            done, _ = await asyncio.wait({pending}, timeout=PING_INTERVAL_S)
-            if not done:
-                yield event("ping", {"type": "ping"})
-                continue
-            chunk = pending.result()
-            pending = None
-            if chunk is None:
-                break
-            stop = False
-            for obj in sse_objects(buffer, chunk):
-                if obj == "[DONE]":
-                    stop = True
-                    break
-                assert isinstance(obj, dict)
-                for out in translator.feed(obj):
-                    yield out
-            if stop:
-                break
-            pending = asyncio.ensure_future(anext(rest, None))
-        for out in translator.finish_events():
-            yield out
-    except ServingError as exc:  # the events have begun: report in-band, as Anthropic does
-        translator.done = True
-        logger.warning("messages stream failed: %s", exc.message)
-        yield event("error", anthropic_error(exc.status_code, exc.message))
-    finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-        if not translator.done:
-            metrics.aborted.inc()
-        aclose = getattr(rest, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
-        await slot.aclose()
+    def _call_delta(self, delta: CallDelta) -> list[bytes]:
+        out = [] if delta.index in self.calls else self._call_start(CallStart(delta.index, "", ""))
+        partial = {"type": "input_json_delta", "partial_json": delta.arguments}
+        out.append(self._delta(partial, self.calls[delta.index]))
+        return out

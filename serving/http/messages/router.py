@@ -2,11 +2,11 @@
 a thin front-end over the one chat request.
 
 A Messages body is translated (`serving.http.messages.protocol.to_chat`) into a
-`serving.protocol.ChatCompletionRequest` and served by `serving.chat.ChatService` exactly as
-``/v1/chat/completions`` serves it: the same model check (with ``LOOPSTACK_MODEL_ALIASES``),
-limits (`serving.limits.check_chat`), ``max_tokens`` lowered to fit (`context_fit`),
-admission slot, constraint backend and its guarantee, metrics and trace id. Its answer is
-translated back (`serving.http.messages.encoder`).
+`serving.protocol.ChatCompletionRequest` and goes through the one pipeline
+(`serving.http.pipeline.serve`) exactly as ``/v1/chat/completions`` does: the same model check
+(with ``LOOPSTACK_MODEL_ALIASES``), limits, ``max_tokens`` lowered to fit, admission slot,
+`ChatService.turn` (selection defaults, constraint backend and its guarantee), keepalive,
+metrics and trace id. The encoder (`serving.http.messages.encoder`) writes the message.
 
 Errors on these routes use Anthropic's envelope ``{"type": "error", "error": {"type",
 "message"}}``: `AnthropicErrors`, an ASGI middleware, rewrites every error answer of a
@@ -15,52 +15,39 @@ framework's 404/405, a 500) from the OpenAI body the rest of the app builds. Bot
 Anthropic's auth headers are taken (``x-api-key`` and ``Authorization: Bearer``: the guard in
 `serving.limits`), ``?beta=true`` and any ``anthropic-beta`` header are accepted.
 
-`install` is the one line `serving.api.build_app` calls.
+`install` is the one line `serving.http.app.build_app` calls.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import InvalidRequest
+from serving.http.cancellation import with_cancellation
+from serving.http.context_fit import fit_chat
 from serving.http.messages import encoder as events
-from serving.http.service import wire_headers
-from serving.http.context_fit import clamped, fit_chat
-from serving.http.limits import check_chat
 from serving.http.messages.protocol import (
     CountTokensRequest,
     MessagesRequest,
     chat_request,
-    message_from_chat,
     to_chat,
 )
-from serving.http.chat.router import (
-    AppState,
-    _check_model,
-    app_state,
-    bind_session,
-    with_cancellation,
-)
+from serving.http.pipeline import check_model, serve
+from serving.http.state import app_state
 from serving.protocol import ChatCompletionRequest
 
 logger = logging.getLogger(__name__)
-__all__ = ["FIRST_CHUNK_WAIT_S", "NOTE_HEADER", "AnthropicErrors", "install", "router"]
+__all__ = ["NOTE_HEADER", "AnthropicErrors", "install", "router"]
 
 router = APIRouter()
 PREFIX = "/v1/messages"
 NOTE_HEADER = "x-loopstack-note"
-#: How long the first chunk is awaited before the response starts (an engine error before
-#: it is then an HTTP error, not an in-band one); after it, `message_start` and pings go out.
-FIRST_CHUNK_WAIT_S = 1.0
 
 
 def install(app: FastAPI) -> None:
@@ -137,87 +124,23 @@ def _translate(req: MessagesRequest, *, stream: bool) -> tuple[ChatCompletionReq
         raise InvalidRequest(str(exc), param="messages") from exc
 
 
-async def _prepare(
-    state: AppState, req: MessagesRequest, request: Request
-) -> tuple[ChatCompletionRequest, list[str], int | None, int | None, int]:
-    _check_model(state, req.model)  # aliases, or a 404 listing what is served
-    chat, notes = _translate(req, stream=req.stream)
-    check_chat(chat, state.limits, state.max_model_len)
-    bind_session(request, chat.model_extra)
-    fit = await fit_chat(chat, state.chat, state.max_model_len, count=True)
-    return fit.request, notes, fit.asked, fit.given, fit.prompt_tokens or 0
-
-
 # --------------------------------------------------------------------------- routes
 @router.post(PREFIX)
 @with_cancellation
 async def messages(req: MessagesRequest, request: Request) -> Response:
     state = app_state(request)
-    chat, notes, asked, given, prompt_tokens = await _prepare(state, req, request)
-    headers: dict[str, str] = clamped(asked, given)
-    if notes:
-        headers[NOTE_HEADER] = "; ".join(notes)[:1000]
-    if not chat.stream:
-        async with state.admission.slot():
-            answer = await state.chat.create(chat, server_defaults=False)
-        result = answer.body
-        assert isinstance(result, dict)
-        message = message_from_chat(result, model=req.model, stop_sequences=req.stop_sequences)
-        return JSONResponse(message, headers=wire_headers({**answer.headers, **headers}) or None)
-    return await _stream(state, req, chat, prompt_tokens, headers)
-
-
-async def _stream(
-    state: AppState,
-    req: MessagesRequest,
-    chat: ChatCompletionRequest,
-    prompt_tokens: int,
-    headers: dict[str, str],
-) -> Response:
-    translator = events.StreamTranslator(
-        model=req.model, input_tokens=prompt_tokens, stop_sequences=req.stop_sequences
-    )
-    async with contextlib.AsyncExitStack() as slot:
-        await slot.enter_async_context(state.admission.slot())
-        answer = await state.chat.create(chat, server_defaults=False)
-        headers = {**answer.headers, **headers}
-        result = answer.body
-        if isinstance(result, dict):  # not expected for a stream: sent as one chunk
-            chunk = {**result, "choices": [
-                {**c, "delta": c.get("message") or {}} for c in result.get("choices") or []
-            ]}  # fmt: skip
-            result = _single(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        first: asyncio.Future[bytes | None] = asyncio.ensure_future(anext(result, None))
-        try:
-            await asyncio.wait({first}, timeout=FIRST_CHUNK_WAIT_S)
-            if first.done() and first.exception() is not None:
-                first.result()  # an engine error before any event: an HTTP error
-        except BaseException:
-            first.cancel()
-            with contextlib.suppress(BaseException):
-                await first
-            aclose = getattr(result, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-            raise
-        body = events.relay(translator, first, result, slot.pop_all(), state.metrics)
-        return StreamingResponse(
-            body,
-            media_type="text/event-stream",
-            headers=wire_headers({**headers, "cache-control": "no-cache"}),
-        )
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-async def _single(chunk: bytes) -> Any:
-    yield chunk
+    check_model(state, req.model)  # aliases, or a 404 listing what is served
+    chat, notes = _translate(req, stream=req.stream)
+    encoder = events.MessagesEncoder(model=req.model, stop_sequences=req.stop_sequences)
+    headers = {NOTE_HEADER: "; ".join(notes)[:1000]} if notes else {}
+    user = (chat.model_extra or {}).get("user")
+    return await serve(state, request, encoder, chat, user=user, count=True, headers=headers)
 
 
 @router.post(PREFIX + "/count_tokens")
 async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, int]:
     state = app_state(request)
-    _check_model(state, req.model)
+    check_model(state, req.model)
     chat, _ = _translate(req, stream=False)
     fit = await fit_chat(chat, state.chat, None, count=True)
     return {"input_tokens": fit.prompt_tokens or 0}

@@ -1,4 +1,5 @@
-"""A streamed chat answer (``chat.completion.chunk`` SSE bytes) as the Responses API's events.
+"""The Responses API's encoder: a `Turn`'s typed events as Response events, or the whole
+Response object.
 
 The order every client we know relies on (the openai SDK's stream helper raises otherwise;
 Codex takes calls only from ``output_item.done``):
@@ -12,68 +13,60 @@ Codex takes calls only from ``output_item.done``):
    then done with its whole ``input``);
 4. ``response.completed`` (``response.incomplete`` when ``max_output_tokens`` ran out) with
    the whole Response and its usage - or ``response.failed`` with the error once the
-   headers are out.
+   stream has begun.
 
-While the engine has not answered (a long prefill), ``response.in_progress`` is sent again
-every `KEEPALIVE_S` seconds: Codex gives up after 300 s without an event (an SSE comment
-would not count, its parser drops comments).
+The pipeline (`serving.http.pipeline`) sends ``response.in_progress`` again in a silence (a
+long prefill: Codex gives up after 300 s without an event, and drops SSE comments). A prompt
+too long for the context is said as ``response.failed`` with ``context_length_exceeded``
+(`in_band`): that event, not an HTTP 400, is what makes Codex compact its history. One
+response keeps one ``created_at`` in every event.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from serving.exceptions import ServingError
-from serving.http.responses.translate import Translated, call_item, chat_usage, custom_input, status_of
+from serving.http.context_fit import Fit
+from serving.http.events import CallDelta, CallStart, Event, Finish, TextDelta, Usage
 from serving.http.responses.protocol import (
     ResponsesRequest,
     message_item,
     new_id,
     output_text,
     response_object,
+    usage,
 )
+from serving.http.responses.translate import Translated, call_item, custom_input, status_of
+from serving.http.service import Turn
 
 logger = logging.getLogger(__name__)
 
-KEEPALIVE_S = 10.0
+__all__ = ["ResponsesEncoder"]
 
 OnDone = Callable[[dict[str, Any]], Awaitable[None]]
+#: The refusals said as ``response.failed`` rather than an HTTP error (`in_band`).
+IN_BAND_CODES = frozenset({"context_length_exceeded"})
 
 
-async def chat_chunks(raw: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any]]:
-    """The JSON objects of a chat SSE byte stream (ends at ``[DONE]``)."""
-    buffer = b""
-    async for piece in raw:
-        buffer += piece
-        *events, buffer = buffer.split(b"\n\n")
-        for event in events:
-            for line in event.split(b"\n"):
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    return
-                if data:
-                    yield json.loads(data)
-    for line in buffer.split(b"\n"):
-        data = line[5:].strip() if line.startswith(b"data:") else b""
-        if data and data != b"[DONE]":
-            yield json.loads(data)
+def usage_of(u: Usage | None) -> dict[str, Any]:
+    u = u or Usage(0, 0)
+    return usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens)
 
 
-class ResponseEvents:
-    """The event stream of one response; `run` drives it from the chat stream."""
+class ResponsesEncoder:
+    """One response's events (stream) or object (whole)."""
 
     def __init__(
         self, req: ResponsesRequest, tr: Translated, *, id_: str, on_done: OnDone | None = None
     ) -> None:
         self.req, self.tr, self.id = req, tr, id_
         self.on_done = on_done
+        self.created_at = int(time.time())
         self.seq = 0
         self.output: list[dict[str, Any]] = []
         self.text: str | None = None  # the open message's text (None: no message open)
@@ -82,7 +75,66 @@ class ResponseEvents:
         self.call_index = -1  # output index of the open call (-1: none)
         self.calls: dict[int, int] = {}  # chat call index -> output index
         self.finish: str | None = None
-        self.usage: dict[str, Any] | None = None
+        self.usage: Usage | None = None
+
+    # -- the pipeline's encoder -------------------------------------------------------------
+    def bind(self, fit: Fit) -> None:
+        pass
+
+    def in_band(self, exc: ServingError) -> bool:
+        return exc.code in IN_BAND_CODES
+
+    def items(self, turn: Turn) -> AsyncIterator[Event]:
+        return turn.events()
+
+    def opening(self) -> list[bytes]:
+        return [
+            self.event("response.created", response=self.snapshot("in_progress")),
+            self.event("response.in_progress", response=self.snapshot("in_progress")),
+        ]
+
+    def encode(self, item: Event) -> list[bytes]:
+        if isinstance(item, TextDelta):
+            return self.text_delta(item.text)
+        if isinstance(item, CallStart):
+            return self.call_start(item)
+        if isinstance(item, CallDelta):
+            return self.call_delta(item)
+        if isinstance(item, Finish):
+            self.finish = item.reason
+        elif isinstance(item, Usage):
+            self.usage = item
+        return []
+
+    def keepalive(self) -> bytes:
+        return self.event("response.in_progress", response=self.snapshot("in_progress"))
+
+    async def closing(self) -> list[bytes]:
+        out = self.close_all()
+        status, incomplete = status_of(self.finish)
+        final = self.snapshot(status, usage_=usage_of(self.usage), incomplete=incomplete)
+        if self.on_done is not None:
+            await self.on_done(final)
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        return [*out, self.event(kind, response=final)]
+
+    async def whole(self, turn: Turn) -> dict[str, Any]:
+        done = await turn.completion()
+        output: list[dict[str, Any]] = []
+        text = done.text.strip() if done.calls else done.text
+        if text.strip():
+            output.append(message_item(text, id_=new_id("msg")))
+        for call in done.calls:
+            output.append(
+                call_item(call.id or new_id("call"), call.name, call.arguments, self.tr.custom)
+            )
+        status, incomplete = status_of(done.finish)
+        response = self.snapshot(
+            status, output=output, usage_=usage_of(done.usage), incomplete=incomplete
+        )
+        if self.on_done is not None:
+            await self.on_done(response)
+        return response
 
     # -- SSE ------------------------------------------------------------------------------
     def event(self, type_: str, **fields: Any) -> bytes:
@@ -90,76 +142,20 @@ class ResponseEvents:
         self.seq += 1
         return f"event: {type_}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
-    def snapshot(self, status: str, **kw: Any) -> dict[str, Any]:
+    def snapshot(
+        self, status: str, *, output: list[dict[str, Any]] | None = None, **kw: Any
+    ) -> dict[str, Any]:
         return response_object(
             self.req,
             id_=self.id,
+            created_at=self.created_at,
             status=status,
-            output=list(self.output),
+            output=list(self.output if output is None else output),
             notes=self.tr.notes,
             **kw,
         )
 
-    # -- the whole stream -------------------------------------------------------------------
-    async def run(self, chat: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        yield self.event("response.created", response=self.snapshot("in_progress"))
-        yield self.event("response.in_progress", response=self.snapshot("in_progress"))
-        chunks = chat_chunks(chat)
-        pending: asyncio.Task[dict[str, Any]] | None = None
-        try:
-            while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(anext(chunks))
-                done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
-                if not done:
-                    yield self.event("response.in_progress", response=self.snapshot("in_progress"))
-                    continue
-                task, pending = pending, None
-                try:
-                    chunk = task.result()
-                except StopAsyncIteration:
-                    break
-                if isinstance(chunk.get("error"), dict):
-                    for out in self.failed(chunk["error"]):
-                        yield out
-                    return
-                for out in self.feed(chunk):
-                    yield out
-        except ServingError as exc:  # the headers are out: said in-band
-            for out in self.failed(exc.to_body()["error"]):
-                yield out
-            return
-        finally:
-            if pending is not None:
-                pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
-            with contextlib.suppress(Exception):
-                await chunks.aclose()
-        for out in self.close_all():
-            yield out
-        status, incomplete = status_of(self.finish)
-        final = self.snapshot(status, usage_=chat_usage(self.usage), incomplete=incomplete)
-        if self.on_done is not None:
-            await self.on_done(final)
-        kind = "response.completed" if status == "completed" else "response.incomplete"
-        yield self.event(kind, response=final)
-
-    # -- one chat chunk -----------------------------------------------------------------
-    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
-        out: list[bytes] = []
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                out += self.text_delta(delta["content"])
-            for call in delta.get("tool_calls") or []:
-                out += self.call_delta(call)
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-        return out
-
+    # -- one event -------------------------------------------------------------------------
     def text_delta(self, text: str) -> list[bytes]:
         out: list[bytes] = []
         if self.call_index >= 0 or self.calls:
@@ -212,32 +208,29 @@ class ResponseEvents:
             self.event("response.output_item.done", output_index=self.msg_index, item=item),
         ]
 
-    def call_delta(self, call: dict[str, Any]) -> list[bytes]:
+    def call_start(self, call: CallStart) -> list[bytes]:
         out = self.close_text()
-        index = int(call.get("index", 0))
-        fn = call.get("function") or {}
-        if index not in self.calls:
-            out += self.close_call()
-            self.call_index = len(self.output)
-            self.calls[index] = self.call_index
-            item = call_item(
-                call.get("id") or new_id("call"),
-                fn.get("name") or "",
-                "",
-                self.tr.custom,
-                status="in_progress",
-            )
-            self.output.append(item)
-            out.append(
-                self.event(
-                    "response.output_item.added", output_index=self.call_index, item=dict(item)
-                )
-            )
-        at = self.calls[index]
-        item = self.output[at]
-        piece = fn.get("arguments") or ""
-        if not piece:
+        if call.index in self.calls:
             return out
+        out += self.close_call()
+        self.call_index = len(self.output)
+        self.calls[call.index] = self.call_index
+        item = call_item(
+            call.id or new_id("call"), call.name, "", self.tr.custom, status="in_progress"
+        )
+        self.output.append(item)
+        out.append(
+            self.event("response.output_item.added", output_index=self.call_index, item=dict(item))
+        )
+        return out
+
+    def call_delta(self, delta: CallDelta) -> list[bytes]:
+        out: list[bytes] = []
+        if delta.index not in self.calls:  # arguments before a start: the start is implied
+            out += self.call_start(CallStart(delta.index, "", ""))
+        at = self.calls[delta.index]
+        item = self.output[at]
+        piece = delta.arguments
         if item["type"] == "custom_tool_call":
             item["input"] += piece  # the chat arguments, decoded when the call is done
         else:
@@ -277,10 +270,9 @@ class ResponseEvents:
     def close_all(self) -> list[bytes]:
         return self.close_text() + self.close_call()
 
-    def failed(self, error: dict[str, Any]) -> list[bytes]:
-        body = {
-            "code": str(error.get("code") or error.get("type") or "server_error"),
-            "message": str(error.get("message") or "generation failed"),
-        }
-        logger.warning("response %s failed mid-stream: %s", self.id, body["message"][:300])
+    def failed(self, exc: ServingError) -> list[bytes]:
+        error = exc.to_body()["error"]
+        code = exc.code if isinstance(exc.code, str) else error.get("type") or "server_error"
+        body = {"code": str(code), "message": exc.message or "generation failed"}
+        logger.warning("response %s failed: %s", self.id, body["message"][:300])
         return [self.event("response.failed", response=self.snapshot("failed", error=body))]

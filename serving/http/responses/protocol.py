@@ -4,7 +4,7 @@ Validated strictly only where loopstack acts on a field; input items and tools a
 JSON objects here and read one by one in `serving.http.responses.translate` (each client sends its
 own variety: the Agents SDK replays its output items unchanged, Codex sends items without
 ids, hosted tool types we skip). Whatever the request carries is still sane JSON
-(`serving.protocol.check_json_values`, through `_Request`).
+(`serving.protocol.check_json_values`, through `RequestBase`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.protocol import _Request
+from serving.protocol import RequestBase
 
 _MAX_TOKENS = 2**31 - 1
 MAX_INPUT_ITEMS = 4096  # beyond LOOPSTACK_MAX_MESSAGES anyway; a bound before any work
@@ -40,7 +40,7 @@ class TextOptions(BaseModel):
     verbosity: str | None = None
 
 
-class ResponsesRequest(_Request):
+class ResponsesRequest(RequestBase):
     """``POST /v1/responses``."""
 
     model: str

@@ -1,14 +1,14 @@
 """``POST /v1/responses`` and ``GET``/``DELETE /v1/responses/{id}``: their own router,
-included by `serving.api.build_app`.
+included by `serving.http.app.build_app`.
 
-A request goes the chat endpoint's way: the model and the edge limits checked (`check_chat`
-on the translated request), one admission slot for the whole generation (`_generate`, the
-stream keeping it until it ends), `ChatService.create` (constraint backend, guarantee,
-metrics), a client that leaves cancels it (`with_cancellation`); errors are the app's
-OpenAI error bodies. Only the shape differs (`serving.http.responses.translate`,
-`serving.http.responses.encoder`). The store (`serving.http.responses.store`) is
-``app.state.responses_store``, set by `serving.server.create_app`; an app built without one
-(tests) gets an in-memory SQLite store on first use.
+A request is translated (`serving.http.responses.translate`) into the one chat request and
+goes through the one pipeline (`serving.http.pipeline.serve`) as chat completions does: the
+same model check, limits, session, context fit, admission slot, `ChatService.turn` (the same
+selection defaults, constraint and guarantee), keepalive and in-band errors; the encoder
+(`serving.http.responses.encoder`) writes the Response events. The store
+(`serving.http.responses.store`) is ``app.state.responses_store``, set by
+`serving.server.create_app`; an app built without one (tests) gets an in-memory SQLite store
+on first use.
 """
 
 from __future__ import annotations
@@ -20,21 +20,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from serving.exceptions import InvalidRequest, RequestError
-from serving.http.service import Answer, wire_headers
-from serving.http.context_fit import clamped, fit_chat
-from serving.http.limits import check_chat
-from serving.http.responses.translate import to_chat, whole_response
+from serving.http.cancellation import with_cancellation
+from serving.http.pipeline import check_model, serve
+from serving.http.responses.encoder import ResponsesEncoder
 from serving.http.responses.protocol import ResponsesRequest, new_id
 from serving.http.responses.store import ResponseStore, SqliteStore, Stored, owner_of
-from serving.http.responses.encoder import ResponseEvents
-from serving.http.chat.router import (
-    ERROR_RESPONSES,
-    _check_model,
-    _generate,
-    app_state,
-    bind_session,
-    with_cancellation,
-)
+from serving.http.responses.translate import to_chat
+from serving.http.state import ERROR_RESPONSES, app_state
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +59,7 @@ def request_owner(request: Request) -> str:
 @with_cancellation
 async def create_response(req: ResponsesRequest, request: Request) -> Response:
     state = app_state(request)
-    _check_model(state, req.model)
+    check_model(state, req.model)
     store, owner = response_store(request), request_owner(request)
     earlier: list[dict[str, Any]] = []
     if req.previous_response_id:
@@ -80,8 +72,6 @@ async def create_response(req: ResponsesRequest, request: Request) -> Response:
             )
         earlier = prev.history
     tr = to_chat(req, earlier, grammars=state.chat.backend.name == "guidance")
-    check_chat(tr.chat, state.limits, state.max_model_len)
-    bind_session(request, {"user": req.prompt_cache_key or req.user})
     id_ = new_id("resp")
 
     async def keep(response: dict[str, Any]) -> None:
@@ -96,21 +86,10 @@ async def create_response(req: ResponsesRequest, request: Request) -> Response:
             notes = response.setdefault("loopstack", {}).setdefault("notes", [])
             notes.append(f"not stored: {type(exc).__name__}")
 
-    async def run() -> Answer:
-        fit = await fit_chat(tr.chat, state.chat, state.max_model_len)  # max_tokens lowered
-        answer = await state.chat.create(fit.request, server_defaults=False)
-        headers = {**answer.headers, **clamped(fit.asked, fit.given)}
-        result = answer.body
-        if isinstance(result, dict):
-            response = whole_response(req, tr, result, id_=id_)
-            await keep(response)
-            return Answer(response, headers)
-        return Answer(ResponseEvents(req, tr, id_=id_, on_done=keep).run(result), headers)
-
-    reply = await _generate(state, run)
-    if tr.notes:
-        reply.headers.update(wire_headers({"x-loopstack-notes": " | ".join(tr.notes)}))
-    return reply
+    encoder = ResponsesEncoder(req, tr, id_=id_, on_done=keep)
+    headers = {"x-loopstack-notes": " | ".join(tr.notes)} if tr.notes else {}
+    user = req.prompt_cache_key or req.user
+    return await serve(state, request, encoder, tr.chat, user=user, headers=headers)
 
 
 @router.get("/v1/responses/{response_id}", responses=ERROR_RESPONSES)

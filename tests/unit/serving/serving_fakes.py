@@ -17,8 +17,8 @@ from serving.embeddings import EmbeddingService
 from serving.exceptions import UpstreamError
 from serving.http.admission import Admission
 from serving.http.app import AppState, build_app
-from serving.http.service import ChatService
 from serving.http.limits import Limits
+from serving.http.service import ChatService
 from serving.metrics import Metrics
 from serving.prompt import PromptBuilder
 

@@ -27,6 +27,7 @@ from serving.constraint.walker import (
     walk,
 )
 from serving.exceptions import InvalidRequest
+from serving.http.events import CallDelta
 from serving.protocol import ChatCompletionRequest
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import (
@@ -116,18 +117,12 @@ async def test_a_tool_with_a_parameter_named_format_streams_its_call(harness: Ha
     req = ChatCompletionRequest.model_validate(
         chat_body(tools=[tool], tool_choice="required", stream=True)
     )
-    reply = (await h.chat.create(req)).body
-    assert not isinstance(reply, dict)
+    turn = await h.chat.turn(req)
     seen_at, arguments = [], ""
-    async for chunk in reply:
-        for line in chunk.decode().split("\n\n"):
-            if not line.startswith("data: {"):
-                continue
-            for choice in json.loads(line[6:])["choices"]:
-                for tc in choice["delta"].get("tool_calls", []):
-                    if tc["function"]["arguments"]:
-                        arguments += tc["function"]["arguments"]
-                        seen_at.append(h.engine.pieces_sent)
+    async for ev in turn.events():
+        if isinstance(ev, CallDelta):
+            arguments += ev.arguments
+            seen_at.append(h.engine.pieces_sent)
     assert json.loads(arguments) == args
     # held back, every delta would follow the engine's last chunk (len(text)); streamed, the
     # first follows the chunk that opened the arguments

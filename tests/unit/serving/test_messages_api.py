@@ -13,8 +13,7 @@ import pytest
 
 from serving.constraint.envelope import TOOL_CALL_OPEN
 from serving.exceptions import UpstreamError
-from serving.http.messages import encoder as messages_events
-from serving.http.messages import router as messages_routes
+from serving.http import pipeline
 from serving.http.messages.protocol import message_from_chat
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import ADD as CHAT_ADD
@@ -154,8 +153,8 @@ async def test_pings_while_the_prompt_prefills(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h = harness
-    monkeypatch.setattr(messages_events, "PING_INTERVAL_S", 0.05)
-    monkeypatch.setattr(messages_routes, "FIRST_CHUNK_WAIT_S", 0.05)
+    monkeypatch.setattr(pipeline, "KEEPALIVE_S", 0.05)
+    monkeypatch.setattr(pipeline, "FIRST_EVENT_WAIT_S", 0.05)
     h.engine.gate = asyncio.Event()
     h.engine.chat_content = "ok"
     task = asyncio.create_task(post(h, stream=True))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from serving.http.responses import encoder as responses_stream
+from serving.http import pipeline
 from tests.unit.serving.responses_helpers import (
     APPLY_PATCH,
     FN_WEATHER,
@@ -157,11 +157,12 @@ async def test_engine_failure_mid_stream_is_response_failed(harness: Harness) ->
 async def test_keep_alive_while_the_engine_is_silent(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(responses_stream, "KEEPALIVE_S", 0.05)
+    monkeypatch.setattr(pipeline, "KEEPALIVE_S", 0.05)
     harness.engine.gate = asyncio.Event()
     harness.engine.constrained = [call("get_weather", PARIS)]
 
     async def release() -> None:
+        await harness.engine.entered.wait()  # held from the engine on, however slow the box
         await asyncio.sleep(0.4)
         assert harness.engine.gate is not None
         harness.engine.gate.set()
@@ -508,13 +509,14 @@ async def test_the_openai_stream_helper_reads_keep_alives_and_every_event(
     in-process app, with keep-alives repeated while the engine is held."""
     from openai import AsyncOpenAI
 
-    monkeypatch.setattr(responses_stream, "KEEPALIVE_S", 0.05)
+    monkeypatch.setattr(pipeline, "KEEPALIVE_S", 0.05)
     harness.engine.gate = asyncio.Event()
     harness.engine.constrained = ["Sure: " + call("get_weather", PARIS)]
     client = AsyncOpenAI(base_url="http://loopstack.test/v1", api_key="x",
                          http_client=harness.client)  # fmt: skip
 
     async def release() -> None:
+        await harness.engine.entered.wait()  # held from the engine on, however slow the box
         await asyncio.sleep(0.3)
         assert harness.engine.gate is not None
         harness.engine.gate.set()
@@ -526,6 +528,48 @@ async def test_the_openai_stream_helper_reads_keep_alives_and_every_event(
             seen.append(event.type)
         final = await stream.get_final_response()
     await opener
-    assert seen.count("response.in_progress") >= 3
+    assert seen.count("response.in_progress") >= 3, seen
     assert [o.type for o in final.output] == ["message", "function_call"]
     assert final.output_text == "Sure: "
+
+
+# --------------------------------------------------------------------------- the context
+async def test_a_prompt_too_long_streamed_is_response_failed_with_its_code(
+    make_harness: Any,
+) -> None:
+    """Codex compacts its history only when a `response.failed` event says
+    `context_length_exceeded`; it was a plain 400 before the stream, and Codex stopped."""
+    h = make_harness(max_model_len=100)
+    long = "word " * 200
+    resp = await create(h, input=long, stream=True, tools=[FN_WEATHER])
+    assert resp.status_code == 200, resp.text
+    evs = events(resp.text)
+    assert kinds(evs) == ["created", "in_progress", "failed"]
+    error = evs[-1]["response"]["error"]
+    assert error["code"] == "context_length_exceeded" and "context length" in error["message"]
+    assert not h.engine.requests  # refused before the engine
+    # whole: the HTTP error, in the OpenAI shape, with the same code
+    resp = await create(h, input=long, tools=[FN_WEATHER])
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "context_length_exceeded"
+
+
+async def test_one_response_keeps_one_created_at(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each snapshot recomputed it: events a second apart said different times."""
+    monkeypatch.setattr(pipeline, "KEEPALIVE_S", 0.3)
+    harness.engine.constrained = [call("get_weather", PARIS)]
+    harness.engine.gate = asyncio.Event()
+
+    async def release() -> None:
+        await harness.engine.entered.wait()  # held from the engine on, however slow the box
+        await asyncio.sleep(1.3)  # keepalives cross at least one second boundary
+        assert harness.engine.gate is not None
+        harness.engine.gate.set()
+
+    opener = asyncio.create_task(release())
+    evs = events((await create(harness, stream=True, tools=[FN_WEATHER])).text)
+    await opener
+    assert kinds(evs).count("in_progress") >= 3
+    stamps = {e["response"]["created_at"] for e in evs if "response" in e}
+    assert len(stamps) == 1, stamps

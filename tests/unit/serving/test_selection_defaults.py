@@ -244,27 +244,32 @@ def test_only_auto_requests_get_the_defaults(choice: Any) -> None:
     assert ON.apply(_req())[1] == ["tool_rank", "abstain", "decide"]
 
 
-async def test_the_harness_front_ends_keep_every_tool(guidance: Harness) -> None:
-    """/v1/messages and /v1/responses get no server selection defaults: a harness (Claude
-    Code, Codex) offers what the whole task needs, and ranking by its latest message dropped
-    the Read it was about to call."""
+async def test_the_three_front_ends_get_the_same_selection_defaults(guidance: Harness) -> None:
+    """A request is served by what it says, not by the API it came through: chat, Messages
+    and Responses get the same server defaults (they differed: the same conversation answered
+    differently through the three)."""
     h = guidance
-    h.chat.selection = SelectionDefaults(rank=True, top_k=1, abstain=True)
-    h.engine.constrained = ["It is sunny."]
+    h.chat.selection = SelectionDefaults(abstain=True)
+    h.engine.constrained = ["It is sunny."] * 3
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    hi = [{"role": "user", "content": "hi"}]
+    chat = {"model": "test-model", "max_tokens": 32, "messages": hi,
+            "tools": [{"type": "function", "function": {"name": n, "parameters": schema}}
+                      for n in ("Read", "Bash")]}  # fmt: skip
     msg = {"model": "test-model", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}],
            "tools": [{"name": "Read", "input_schema": schema},
                      {"name": "Bash", "input_schema": schema}]}  # fmt: skip
-    resp = await h.client.post("/v1/messages", json=msg)
-    assert resp.status_code == 200, resp.text
-    assert "x-loopstack-selection" not in resp.headers
-    prompt = h.engine.requests[-1][1]["prompt"]
-    assert '"Read"' in prompt and '"Bash"' in prompt and ABSTAIN_RULE not in prompt
-    fn = [{"type": "function", "name": n, "parameters": schema} for n in ("Read", "Bash")]
-    resp = await h.client.post(
-        "/v1/responses", json={"model": "test-model", "input": "hi", "tools": fn}
-    )
-    assert resp.status_code == 200, resp.text
-    assert "x-loopstack-selection" not in resp.headers
-    prompt = h.engine.requests[-1][1]["prompt"]
-    assert '"Read"' in prompt and '"Bash"' in prompt and ABSTAIN_RULE not in prompt
+    rsp = {"model": "test-model", "max_output_tokens": 32, "input": "hi",
+           "tools": [{"type": "function", "name": n, "parameters": schema}
+                     for n in ("Read", "Bash")]}  # fmt: skip
+    prompts = []
+    for path, body in [
+        ("/v1/chat/completions", chat),
+        ("/v1/messages", msg),
+        ("/v1/responses", rsp),
+    ]:
+        resp = await h.client.post(path, json=body)
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-loopstack-selection"] == "server defaults: abstain", path
+        prompts.append(h.engine.requests[-1][1]["prompt"])
+    assert ABSTAIN_RULE in prompts[0] and prompts[0] == prompts[1] == prompts[2]

@@ -18,8 +18,9 @@ from starlette.types import Message
 
 from serving.exceptions import InvalidRequest
 from serving.http.app import build_app
+from serving.http.cancellation import CLIENT_CLOSED_REQUEST, with_cancellation
+from serving.http.chat.router import router
 from serving.http.messages.router import router as messages_router
-from serving.http.chat.router import CLIENT_CLOSED_REQUEST, router, with_cancellation
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import chat_body, post_chat
 
