@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -32,19 +33,59 @@ from serving.engine.model_files import ModelFacts, read_facts
 logger = logging.getLogger(__name__)
 
 #: The CPU context, largest first: the first whose `CPU_KV_SEQUENCES` full sequences fit in
-#: the KV cache (and that the model supports) is the default. 32k holds Claude Code's first
-#: request (~19-25k tokens) and Codex's (~8.5k) with room to work; 8192 is the floor.
+#: the memory the box can give the KV cache (and that the model supports) is the default. 32k
+#: holds Claude Code's first request (~19-25k tokens) and Codex's (~6-8.5k) with room to work;
+#: 8192 is the floor.
 CPU_CONTEXTS = (32768, 16384, 8192)
 CPU_MAX_MODEL_LEN = CPU_CONTEXTS[-1]  # when the model's KV size is unknown
 CPU_KV_SEQUENCES = 2  # full-context sequences the KV cache must hold at once
+#: Memory kept for everything but the weights and the KV cache: the OS, the server and its
+#: embedding model, vLLM's own process and activations (measured: the 1.5B's engine is
+#: ~1.6 GiB beyond its weights; the server with MiniLM ~0.9 GiB), with a margin.
+CPU_RESERVED_GIB = 4.0
+CPU_KV_MAX_GIB = 16  # never more, however large the box
+
+
+@dataclass(frozen=True)
+class CpuKv:
+    """The CPU engine's context and KV cache (``VLLM_CPU_KVCACHE_SPACE``), and why."""
+
+    context: int
+    kv_gib: int
+    per_token: int | None  # bytes of KV a token takes in the served dtype
+    weights_gib: float | None  # the weights in the served dtype
+
+
+def cpu_kv(facts: ModelFacts, mem_gib: float, dtype: str) -> CpuKv:
+    """The context and KV cache of the CPU engine, sized from the KV cache's real per-token
+    cost (layers x KV heads x head size x 2 x the served dtype's bytes) and what the box's
+    memory leaves beside the weights and `CPU_RESERVED_GIB`: the largest of `CPU_CONTEXTS`
+    (up to the model's own) of which `CPU_KV_SEQUENCES` whole sequences fit, and a cache of
+    that size (whole GiB), or of a sixth of the memory (at most 8 GiB: more sequences at once)
+    where the box has room for that. The 1.5B in float32: 56 KiB a token, 32k x 2 = 3.5 GiB, 5.7
+    GiB of weights: 32k from a 16 GiB box on. A model whose sizes are unknown gets the floor
+    and a cache of a sixth of the memory (1 to 8 GiB), as before."""
+    dtype_bytes = 2 if dtype == "bfloat16" else 4
+    per_token = facts.kv_bytes_per_token(dtype_bytes)
+    params = facts.parameters()
+    weights = params * dtype_bytes / 2**30 if params is not None else None
+    usual = max(1, min(8, int(mem_gib // 6)))
+    if per_token is None:
+        return CpuKv(CPU_MAX_MODEL_LEN, usual, None, weights)
+    room = mem_gib - CPU_RESERVED_GIB - (weights if weights is not None else mem_gib / 3)
+    for length in CPU_CONTEXTS:
+        if facts.context_len is not None and length > facts.context_len:
+            continue
+        need = math.ceil(CPU_KV_SEQUENCES * length * per_token / 2**30)
+        if need <= min(room, CPU_KV_MAX_GIB) or length == CPU_CONTEXTS[-1]:
+            return CpuKv(length, max(need, usual) if usual <= room else max(1, need), per_token,
+                         weights)  # fmt: skip
+    return CpuKv(CPU_MAX_MODEL_LEN, 1, per_token, weights)
 
 
 def cpu_context(facts: ModelFacts, kv_gib: int, dtype: str) -> int:
-    """The CPU default context length: the largest of `CPU_CONTEXTS` that the model supports
-    and of which the KV cache (``VLLM_CPU_KVCACHE_SPACE``, sized from RAM) holds
-    `CPU_KV_SEQUENCES` whole sequences. The 0.5B default (24 layers, 2 KV heads of 64) in
-    float32 takes 24 KiB a token: 32k = 768 MiB, so 32k from a 2 GiB cache (12 GiB of RAM)
-    on; a 1 GiB cache gets 16k."""
+    """The largest of `CPU_CONTEXTS` (up to the model's own) of which a KV cache of `kv_gib`
+    (an operator's ``LOOPSTACK_CPU_KV_CACHE_GIB``) holds `CPU_KV_SEQUENCES` whole sequences."""
     per_token = facts.kv_bytes_per_token(2 if dtype == "bfloat16" else 4)
     if per_token is None:
         return CPU_MAX_MODEL_LEN
@@ -308,11 +349,21 @@ def vllm_launch(
     }
     max_len = settings.max_model_len
     if hw.device == "cpu":
-        kv = settings.cpu_kv_cache_gib or max(1, min(8, int(hw.mem_gib // 6)))
         dtype = cpu_dtype(settings.cpu_dtype, hw)
+        facts = facts if facts is not None else read_facts(model_path)
+        sized = cpu_kv(facts, hw.mem_gib, dtype)
+        kv = settings.cpu_kv_cache_gib or sized.kv_gib
         if not max_len:
-            facts = facts if facts is not None else read_facts(model_path)
-            max_len = cpu_context(facts, kv, dtype)
+            max_len = (
+                sized.context if not settings.cpu_kv_cache_gib else cpu_context(facts, kv, dtype)
+            )
+        if max_len and sized.per_token:  # what a user would otherwise compute by hand
+            logger.info(
+                "CPU context %d tokens: KV %.0f KiB a token (%s), %d GiB cache for %d "
+                "sequences; weights ~%.1f GiB of %.0f GiB",
+                max_len, sized.per_token / 1024, dtype, kv, CPU_KV_SEQUENCES,
+                sized.weights_gib or 0.0, hw.mem_gib,
+            )  # fmt: skip
         argv += ["--enforce-eager", "--dtype", dtype]
         argv += ["--block-size", str(settings.cpu_block_size)]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv)

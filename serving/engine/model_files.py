@@ -48,6 +48,22 @@ class ModelFacts:
     vocab_size: int | None = None
     layers: int | None = None
     head_dim: int | None = None
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    tied_embeddings: bool = False
+
+    def parameters(self) -> int | None:
+        """The parameter count of a dense decoder, from its shapes (embeddings, attention with
+        its KV heads, a gated MLP; norms and biases are noise), or None when a shape is
+        unknown. Qwen2.5-Coder-1.5B: 1.54e9 (its card: 1.54B)."""
+        h, ff, layers = self.hidden_size, self.intermediate_size, self.layers
+        if not (h and ff and layers and self.vocab_size and self.kv_heads and self.head_dim):
+            return None
+        kv = self.kv_heads * self.head_dim
+        attention = h * h * 2 + h * kv * 2  # q and o; k and v
+        mlp = 3 * h * ff  # gate, up, down
+        embeddings = self.vocab_size * h * (1 if self.tied_embeddings else 2)
+        return embeddings + layers * (attention + mlp)
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int | None:
         """Bytes of KV cache one token takes (keys and values of every layer), or None."""
@@ -99,6 +115,9 @@ def facts_from_config(config: dict[str, Any]) -> ModelFacts:
         vocab_size=_int(config, "vocab_size"),
         layers=_int(config, "num_hidden_layers") or _int(config, "n_layer"),
         head_dim=head_dim,
+        hidden_size=hidden,
+        intermediate_size=_int(config, "intermediate_size"),
+        tied_embeddings=config.get("tie_word_embeddings") is True,
     )
 
 

@@ -84,7 +84,8 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {m.name: m for m in (QWEN_CODER_05B, Q
 
 def find_offline(spec: str) -> OfflineModel | None:
     """The offline model `spec` names (``offline:<name>``, the bare name, or ``offline`` for
-    the 0.5B default); None for anything else (a path, a .gguf, a hub id)."""
+    the 0.5B, as it always meant; the CPU default is `serving.config.OFFLINE_DEFAULT`); None
+    for anything else (a path, a .gguf, a hub id)."""
     if spec == "offline":
         return QWEN_CODER_05B
     return OFFLINE_MODELS.get(spec.removeprefix(PREFIX))

@@ -1,6 +1,6 @@
-"""One real server for the whole integration session: `loopstack serve` on the offline Qwen
-(or LOOPSTACK_MODEL), started as a user would (but for a smaller KV cache, see SMALL_KV),
-talked to with the official `openai` client.
+"""One real server for the whole integration session: `loopstack serve` on the small offline
+Qwen (the 0.5B, `OFFLINE_SMALL`; or LOOPSTACK_MODEL), started as a user would (but for a
+smaller KV cache, see SMALL_KV), talked to with the official `openai` client.
 
 The server is launched as soon as collection ends, and the unit tests run first while it
 starts its engine (on a fresh machine ~2 min cold, after the model's one-time conversion, which
@@ -26,6 +26,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from serving.config import OFFLINE_SMALL
 from tests.ports import free_port
 
 API_KEY = "test-key-123"
@@ -125,6 +126,7 @@ class Server:
 
 def start_server(log: Path, env_extra: dict[str, str], port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LOOPSTACK_PORT": str(port), **env_extra}
+    env.setdefault("LOOPSTACK_MODEL", OFFLINE_SMALL)  # behaviour is checked on the 0.5B
     return subprocess.Popen(
         [sys.executable, "-m", "loopstack", "serve"],
         env=env,

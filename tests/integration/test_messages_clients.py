@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from serving.config import OFFLINE_SMALL
 from tests.integration.conftest import API_KEY, Server, stop, wait_healthy
 from tests.ports import free_port
 
@@ -102,6 +103,7 @@ def scripted_server(project: Path) -> Iterator[str]:
         "LOOPSTACK_API_KEY": API_KEY,
         "LOOPSTACK_MODEL_ALIASES": "claude-*",  # Claude Code's background model names
     }
+    serve_env.setdefault("LOOPSTACK_MODEL", OFFLINE_SMALL)  # its tokenizer renders prompts
     log = log_dir / "server.log"
     server = subprocess.Popen(
         [sys.executable, "-m", "loopstack", "serve"], env=serve_env, cwd=ROOT,

@@ -378,7 +378,7 @@ def test_our_images_take_a_registry_from_one_file(tmp_path: Path) -> None:
 def test_cpu_offline_serves_the_bundled_model_with_no_gpu_and_no_egress(
     rendered: dict[str, list[Doc]],
 ) -> None:
-    from serving.config import OFFLINE_DEFAULT, ServerSettings
+    from serving.config import OFFLINE_SMALL, ServerSettings
 
     docs = rendered[OFFLINE]
     text = yaml.safe_dump_all(docs)
@@ -393,7 +393,7 @@ def test_cpu_offline_serves_the_bundled_model_with_no_gpu_and_no_egress(
     e_env, l_env = container_env(docs, engine), container_env(docs, layer_c)
     for env in (e_env, l_env):
         assert env["HF_HUB_OFFLINE"] == env["TRANSFORMERS_OFFLINE"] == "1"
-        assert env["LOOPSTACK_DEVICE"] == "cpu" and env["LOOPSTACK_MODEL"] == OFFLINE_DEFAULT
+        assert env["LOOPSTACK_DEVICE"] == "cpu" and env["LOOPSTACK_MODEL"] == OFFLINE_SMALL
         ServerSettings(**{k[10:].lower(): v for k, v in env.items()  # the values parse
                           if k.startswith("LOOPSTACK_") and v != "<secret>"})  # fmt: skip
     for key in ("LOOPSTACK_SERVED_MODEL_NAME", "LOOPSTACK_MAX_MODEL_LEN"):

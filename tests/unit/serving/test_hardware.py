@@ -14,6 +14,7 @@ from serving.engine.hardware import (
     Hardware,
     cpu_context,
     cpu_dtype,
+    cpu_kv,
     cpu_layout,
     usable_cores,
     vllm_launch,
@@ -144,3 +145,33 @@ def test_the_layout_comes_from_the_environment_and_says_what_it_is(
 
 def test_usable_cores_is_this_process_cpuset() -> None:
     assert usable_cores() == len(os.sched_getaffinity(0))
+
+
+# Qwen2.5-Coder-1.5B-Instruct's config.json (28 layers, 12 heads, 2 KV heads of 128)
+QWEN_15B = ModelFacts(
+    attention_heads=12, kv_heads=2, context_len=32768, vocab_size=151936, layers=28,
+    head_dim=128, hidden_size=1536, intermediate_size=8960, tied_embeddings=True,
+)  # fmt: skip
+
+
+def test_parameters_from_the_config_match_the_model_card() -> None:
+    assert round(QWEN_15B.parameters() / 1e9, 2) == 1.54  # type: ignore[operator]
+    assert ModelFacts(layers=2).parameters() is None
+
+
+@pytest.mark.parametrize(("mem_gib", "dtype"), [(15.6, "float32"), (23.4, "float32"),
+                                                 (15.6, "bfloat16")])  # fmt: skip
+def test_the_15b_gets_32k_on_a_16_and_a_24_gib_box(mem_gib: float, dtype: str) -> None:
+    """Claude Code's first request (18,854 tokens) was refused at 16,384: the 32k context
+    takes 2 x 32768 x 56 KiB = 3.5 GiB of KV in float32, beside 5.7 GiB of weights."""
+    sized = cpu_kv(QWEN_15B, mem_gib, dtype)
+    assert sized.per_token == 28 * 2 * 128 * 2 * (4 if dtype == "float32" else 2)
+    assert sized.context == 32768
+    assert sized.kv_gib * 2**30 >= 2 * 32768 * sized.per_token  # the cache holds both
+    assert sized.kv_gib + (sized.weights_gib or 0) + 4 <= mem_gib  # and the box holds it
+
+
+def test_a_small_box_gets_a_shorter_context_not_a_cache_it_cannot_hold() -> None:
+    sized = cpu_kv(QWEN_15B, 11.0, "float32")  # 11 - 4 - 5.7 = 1.3 GiB for the cache
+    assert sized.context == 8192 and sized.kv_gib == 1
+    assert cpu_kv(ModelFacts(), 24.0, "float32").context == 8192  # unknown: the floor
