@@ -3,6 +3,7 @@ the KV cache is sized from RAM, the context from the KV cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -169,6 +170,9 @@ def test_the_15b_gets_32k_on_a_16_and_a_24_gib_box(mem_gib: float, dtype: str) -
     assert sized.context == 32768
     assert sized.kv_gib * 2**30 >= 2 * 32768 * sized.per_token  # the cache holds both
     assert sized.kv_gib + (sized.weights_gib or 0) + 4 <= mem_gib  # and the box holds it
+    # as converted from its GGUF the output embeddings are untied: 1.77B, 6.6 GiB in float32
+    untied = dataclasses.replace(QWEN_15B, tied_embeddings=False)
+    assert cpu_kv(untied, mem_gib, dtype).context == 32768
 
 
 def test_a_small_box_gets_a_shorter_context_not_a_cache_it_cannot_hold() -> None:
