@@ -40,9 +40,10 @@ CPU_CONTEXTS = (32768, 16384, 8192)
 CPU_MAX_MODEL_LEN = CPU_CONTEXTS[-1]  # when the model's KV size is unknown
 CPU_KV_SEQUENCES = 2  # full-context sequences the KV cache must hold at once
 #: Memory kept for everything but the weights and the KV cache: the OS, the server and its
-#: embedding model, vLLM's own process and activations (measured: the 1.5B's engine is
-#: ~1.6 GiB beyond its weights; the server with MiniLM ~0.9 GiB), with a margin.
-CPU_RESERVED_GIB = 4.0
+#: embedding model, vLLM's own process beyond weights and cache (measured 2026-12-07: the
+#: 1.5B's engine core, float32, 4 GiB cache: 13.9 GB RSS = 6.6 weights + 4 cache + 3.3; the
+#: server ~1 GB).
+CPU_RESERVED_GIB = 5.0
 CPU_KV_MAX_GIB = 16  # never more, however large the box
 
 
@@ -60,11 +61,12 @@ def cpu_kv(facts: ModelFacts, mem_gib: float, dtype: str) -> CpuKv:
     """The context and KV cache of the CPU engine, sized from the KV cache's real per-token
     cost (layers x KV heads x head size x 2 x the served dtype's bytes) and what the box's
     memory leaves beside the weights and `CPU_RESERVED_GIB`: the largest of `CPU_CONTEXTS`
-    (up to the model's own) of which `CPU_KV_SEQUENCES` whole sequences fit, and a cache of
-    that size (whole GiB), or of a sixth of the memory (at most 8 GiB: more sequences at once)
-    where the box has room for that. The 1.5B in float32: 56 KiB a token, 32k x 2 = 3.5 GiB, 5.7
-    GiB of weights: 32k from a 16 GiB box on. A model whose sizes are unknown gets the floor
-    and a cache of a sixth of the memory (1 to 8 GiB), as before."""
+    (up to the model's own) of which `CPU_KV_SEQUENCES` whole sequences fit (else one), and a
+    cache of that size (whole GiB), or of a sixth of the memory (at most 8 GiB: more sequences
+    at once) where the box has room for that. The 1.5B in float32: 56 KiB a token, 32k x 2 =
+    3.5 GiB (one: 1.75), 6.6 GiB of weights as converted: 32k from a 16 GiB box on. A model
+    whose weights' size is unknown gets a cache of a sixth of the memory (1 to 8 GiB) and the
+    context it holds, as before."""
     dtype_bytes = 2 if dtype == "bfloat16" else 4
     per_token = facts.kv_bytes_per_token(dtype_bytes)
     params = facts.parameters()
@@ -72,14 +74,17 @@ def cpu_kv(facts: ModelFacts, mem_gib: float, dtype: str) -> CpuKv:
     usual = max(1, min(8, int(mem_gib // 6)))
     if per_token is None:
         return CpuKv(CPU_MAX_MODEL_LEN, usual, None, weights)
-    room = mem_gib - CPU_RESERVED_GIB - (weights if weights is not None else mem_gib / 3)
+    if weights is None:  # the weights' size unknown: a sixth of RAM, as it always was
+        return CpuKv(cpu_context(facts, usual, dtype), usual, per_token, None)
+    room = mem_gib - CPU_RESERVED_GIB - weights
     for length in CPU_CONTEXTS:
         if facts.context_len is not None and length > facts.context_len:
             continue
-        need = math.ceil(CPU_KV_SEQUENCES * length * per_token / 2**30)
-        if need <= min(room, CPU_KV_MAX_GIB) or length == CPU_CONTEXTS[-1]:
-            return CpuKv(length, max(need, usual) if usual <= room else max(1, need), per_token,
-                         weights)  # fmt: skip
+        for sequences in (CPU_KV_SEQUENCES, 1):  # a long context for one before a short for two
+            need = math.ceil(sequences * length * per_token / 2**30)
+            if need <= min(room, CPU_KV_MAX_GIB):
+                kv = max(need, usual) if usual <= room else max(1, need)
+                return CpuKv(length, kv, per_token, weights)
     return CpuKv(CPU_MAX_MODEL_LEN, 1, per_token, weights)
 
 
