@@ -117,9 +117,11 @@ def custom_call_item(
 
 
 def usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
+    """``usage`` as the openai SDK's ``ResponseUsage`` requires it: ``cache_write_tokens``
+    is a required field in openai 3.57 (installed here); vLLM counts no cache writes: 0."""
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached or 0},
+        "input_tokens_details": {"cached_tokens": cached or 0, "cache_write_tokens": 0},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": prompt + completion,
