@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from serving.protocol import _Request
 
@@ -64,10 +64,17 @@ class ResponsesRequest(_Request):
     truncation: str | None = None
     background: bool | None = None
     loopstack: dict[str, Any] | None = None  # our chat extension, passed on as it is
+    # When the request came: the ``created_at`` of its response, read once, so every
+    # snapshot of one response (each stream event, the stored object) says the same.
+    _received_at: int = PrivateAttr(default_factory=lambda: int(time.time()))
 
     @property
     def stores(self) -> bool:
         return self.store is not False  # OpenAI's default is true
+
+    @property
+    def created_at(self) -> int:
+        return self._received_at
 
 
 # --------------------------------------------------------------------------- ids
@@ -140,7 +147,8 @@ def response_object(
     error: dict[str, Any] | None = None,
     notes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The whole Response object, echoing what the request asked for."""
+    """The whole Response object, echoing what the request asked for; `created_at`
+    defaults to the request's (one value per response, however many snapshots)."""
     fmt = (
         req.text.format.model_dump(by_alias=True, exclude_none=True)
         if (req.text and req.text.format)
@@ -149,7 +157,7 @@ def response_object(
     body: dict[str, Any] = {
         "id": id_,
         "object": "response",
-        "created_at": created_at if created_at is not None else int(time.time()),
+        "created_at": created_at if created_at is not None else req.created_at,
         "status": status,
         "background": False,
         "error": error,
