@@ -10,7 +10,8 @@ What maps onto what:
 
 * ``instructions`` -> the first system message (not carried along a chain, as OpenAI does);
   ``input`` as a string -> one user message; as items: ``message`` (``input_text``/
-  ``output_text``/``refusal`` parts become text, ``input_image`` an ``image_url`` part;
+  ``output_text``/``refusal`` parts become text, ``input_image`` a note in it, as Messages
+  does: the served model reads no images;
   ``developer`` -> ``system``), ``function_call`` and ``custom_tool_call`` -> the assistant's
   ``tool_calls`` (consecutive calls join one assistant message), ``function_call_output`` /
   ``custom_tool_call_output`` (``output`` a string or a list of parts) -> ``tool`` messages,
@@ -40,6 +41,7 @@ from pydantic import ValidationError
 
 from serving.constraint.lark_string import LARK_KEY, LarkUnsupported, json_string_rules
 from serving.exceptions import InvalidRequest
+from serving.http.messages_protocol import IMAGE_NOTE
 from serving.http.responses_protocol import (
     MAX_INPUT_ITEMS,
     ResponsesRequest,
@@ -163,7 +165,7 @@ def _messages(
             role = item.get("role")
             if not isinstance(role, str) or role not in _ROLES:
                 raise InvalidRequest(f"{where}.role must be one of {sorted(_ROLES)}", param=where)
-            content = _content(item.get("content"), f"{where}.content")
+            content = _content(item.get("content"), f"{where}.content", notes)
             messages.append({"role": "system" if role == "developer" else role, "content": content})
         elif kind in _CALLS:
             _add_call(messages, item, where, custom=kind == "custom_tool_call")
@@ -222,35 +224,35 @@ def _string(item: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
-    """A message's content: a string, or its parts (text joined; images kept as parts)."""
+def _content(content: Any, where: str, notes: list[str]) -> str:
+    """A message's content as text: a string, or its parts (text joined; an image a note on
+    its own line, as the Messages API does: the served model reads no images, and Codex
+    keeps a pasted image in every later turn's history)."""
     if isinstance(content, str):
         return content
     if content is None:
         return ""
     if not isinstance(content, list):
         raise InvalidRequest(f"{where} must be a string or a list of parts", param=where)
-    parts: list[dict[str, Any]] = []
+    text, after_note = "", False
     for j, part in enumerate(content):
         here = f"{where}[{j}]"
         if not isinstance(part, dict):
             raise InvalidRequest(f"{here} must be an object", param=here)
         kind = _kind(part.get("type"))
         if kind in _TEXT_PARTS:
-            text = part.get("text", part.get("refusal", ""))
-            if not isinstance(text, str):
+            piece = part.get("text", part.get("refusal", ""))
+            if not isinstance(piece, str):
                 raise InvalidRequest(f"{here}.text must be a string", param=here)
-            parts.append({"type": "text", "text": text})
+            text += "\n" + piece if after_note and piece else piece
+            after_note = after_note and not piece
         elif kind == "input_image":
-            url = part.get("image_url")
-            if not isinstance(url, str) or not url:
-                raise InvalidRequest(f"{here}: only images given by image_url", param=here)
-            parts.append({"type": "image_url", "image_url": {"url": url}})
+            text += ("\n" if text and not text.endswith("\n") else "") + IMAGE_NOTE
+            after_note = True
+            notes.append(f"{here}: input_image replaced by a note (this model reads no images)")
         else:
             raise InvalidRequest(f"{here}: content part type {kind!r} is not supported", param=here)
-    if all(p["type"] == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
-    return parts
+    return text
 
 
 def _output(output: Any, where: str) -> str:
