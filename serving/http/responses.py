@@ -14,7 +14,8 @@ What maps onto what:
   does: the served model reads no images;
   ``developer`` -> ``system``), ``function_call`` and ``custom_tool_call`` -> the assistant's
   ``tool_calls`` (consecutive calls join one assistant message), ``function_call_output`` /
-  ``custom_tool_call_output`` (``output`` a string or a list of parts) -> ``tool`` messages,
+  ``custom_tool_call_output`` (``output`` a string or a list of parts) -> ``tool`` messages
+  (an output whose call is neither in the input nor in the chain: 400, as OpenAI answers),
   ``reasoning`` dropped (``encrypted_content`` may be null), other item types skipped with a
   note.
 * tools: ``function`` -> a chat function tool (``strict`` or not: the call is constrained
@@ -156,11 +157,13 @@ def _messages(
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
+    calls = _Calls()
     for i, item in enumerate(items):
         where = f"input[{i - offset}]" if i >= offset else "previous_response_id"
         if not isinstance(item, dict):
             raise InvalidRequest(f"{where} must be an object", param=where)
         kind = _kind(item.get("type"), "message" if "role" in item else "")
+        calls.see(kind, item)
         if kind == "message":
             role = item.get("role")
             if not isinstance(role, str) or role not in _ROLES:
@@ -171,6 +174,7 @@ def _messages(
             _add_call(messages, item, where, custom=kind == "custom_tool_call")
         elif kind in _OUTPUTS:
             call_id = _string(item, "call_id", where)
+            calls.check(kind, call_id)
             messages.append(
                 {
                     "role": "tool",
@@ -183,6 +187,41 @@ def _messages(
         else:
             notes.append(f"{where}: input item type {str(kind)[:40]!r} is not served; skipped")
     return messages
+
+
+class _Calls:
+    """The call ids an input has made so far (its chain's first): a tool output must answer
+    one of them. OpenAI refuses an output without its call (400, ``param: "input"``); we
+    refused nothing and the model read an answer to a question never asked.
+
+    Every item with a ``call_id`` counts as a call, served or not (Codex answers a skipped
+    ``local_shell_call`` with a ``function_call_output``); after an ``item_reference`` (an
+    item we cannot look up) nothing is refused."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self.unknowable = False
+
+    def see(self, kind: str, item: dict[str, Any]) -> None:
+        if kind == "item_reference":
+            self.unknowable = True
+        elif kind in _CALLS:
+            call_id = item.get("call_id") or item.get("id")  # as `_add_call` takes it
+            if isinstance(call_id, str):
+                self.ids.add(call_id)
+        elif kind not in _OUTPUTS and isinstance(item.get("call_id"), str):
+            self.ids.add(item["call_id"])
+
+    def check(self, kind: str, call_id: str) -> None:
+        if call_id in self.ids or self.unknowable:
+            return
+        what = "function" if kind == "function_call_output" else "custom tool"
+        # OpenAI's words, e.g. "No tool call found for function call output with call_id
+        # call_uelf...." (reported in continuedev/continue#10092)
+        raise InvalidRequest(
+            f"No tool call found for {what} call output with call_id {call_id[:200]}.",
+            param="input",
+        )
 
 
 def _add_call(
