@@ -73,7 +73,7 @@ _ERROR_SCHEMA = {
                 "message": {"type": "string"},
                 "type": {"type": "string"},
                 "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "integer", "null"]},
+                "code": {"type": ["string", "null"]},
             },
             "required": ["message", "type", "param", "code"],
         }

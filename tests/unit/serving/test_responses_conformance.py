@@ -175,7 +175,7 @@ async def test_calls_of_skipped_item_types_still_pair_with_their_outputs(harness
     assert resp.status_code == 200, resp.text
 
 
-# --------------------------------------------------------------------------- conversation, prompt (gap 9)
+# ------------------------------------------------------------- conversation, prompt (gap 9)
 @pytest.mark.parametrize(
     "field,value",
     [
