@@ -29,6 +29,9 @@ What maps onto what:
   (named), ``{"type": "allowed_tools", "mode", "tools"}`` (the tools narrowed, then the
   mode); ``text.format`` -> ``response_format``; ``max_output_tokens`` -> ``max_tokens``;
   ``prompt_cache_key`` (else ``user``) -> the session key engine calls carry.
+* refused with a 400 naming the field (`refuse_unserved`): ``background``, ``conversation``
+  (no Conversations API: chain with ``previous_response_id``), ``prompt`` (no stored prompt
+  templates).
 """
 
 from __future__ import annotations
@@ -84,6 +87,38 @@ class Translated:
     history: list[dict[str, Any]] = field(default_factory=list)  # the chain's input items
 
 
+def refuse_unserved(req: ResponsesRequest) -> None:
+    """400 for what a request asks and this server cannot do, named, never dropped unsaid.
+
+    * ``background``: no queued responses.
+    * ``conversation`` (an id, or ``{"id"}``; the Agents SDK's ``conversation_id``): OpenAI's
+      Conversations API keeps a conversation's items server-side, behind
+      ``POST /v1/conversations``, which issues the id. Not served here, so any id is one we
+      never issued: refused (dropping it, as before, answered as if the earlier turns never
+      happened). A chain of responses is served: ``previous_response_id``, or the whole
+      history in ``input`` (what Codex sends).
+    * ``prompt`` (``{id, version, variables}``): a reusable prompt template stored on
+      OpenAI's platform. A self-hosted server has no template store to look it up in:
+      refused; send its text as ``instructions`` and ``input``.
+    """
+    if req.background:
+        raise InvalidRequest("background responses are not supported", param="background")
+    if req.conversation is not None:
+        raise InvalidRequest(
+            "conversation is not supported on this server (it serves no Conversations API); "
+            "chain responses with previous_response_id, or send the history in input",
+            param="conversation",
+            code="unsupported_parameter",
+        )
+    if req.prompt is not None:
+        raise InvalidRequest(
+            "prompt (a stored prompt template) is not supported on this server (it keeps no "
+            "prompt templates); send the prompt's text as instructions and input",
+            param="prompt",
+            code="unsupported_parameter",
+        )
+
+
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
     """The request's ``input`` as items (a string is one user message)."""
     if isinstance(req.input, str):
@@ -96,8 +131,7 @@ def to_chat(
 ) -> Translated:
     """The chat request of `req`; `earlier`: the input and output items of its chain;
     `grammars`: whether the constraint backend enforces custom tools' grammars."""
-    if req.background:
-        raise InvalidRequest("background responses are not supported", param="background")
+    refuse_unserved(req)
     history = [*(earlier or []), *input_items(req)]
     if len(history) > MAX_INPUT_ITEMS:
         raise InvalidRequest(

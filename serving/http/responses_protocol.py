@@ -63,6 +63,8 @@ class ResponsesRequest(_Request):
     reasoning: dict[str, Any] | None = None
     truncation: str | None = None
     background: bool | None = None
+    conversation: Any = None  # refused when set: `serving.http.responses.refuse_unserved`
+    prompt: Any = None  # refused when set, likewise
     loopstack: dict[str, Any] | None = None  # our chat extension, passed on as it is
     # When the request came: the ``created_at`` of its response, read once, so every
     # snapshot of one response (each stream event, the stored object) says the same.
