@@ -21,8 +21,6 @@ from tests.unit.serving.test_messages_api import (
     post,
 )
 
-pytestmark = pytest.mark.asyncio
-
 USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": PARIS}
 
 

@@ -24,8 +24,6 @@ from tests.unit.serving.responses_helpers import (
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import PARIS, assert_openai_error, call
 
-pytestmark = pytest.mark.asyncio
-
 STREAM_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}
 
