@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import InvalidRequest
 from serving.http import messages as events
+from serving.http.aliases import check_messages_model
 from serving.http.chat import wire_headers
 from serving.http.context_fit import clamped, fit_chat
 from serving.http.limits import check_chat
@@ -45,7 +46,6 @@ from serving.http.messages_protocol import (
 )
 from serving.http.routes import (
     AppState,
-    _check_model,
     app_state,
     bind_session,
     with_cancellation,
@@ -140,7 +140,7 @@ def _translate(req: MessagesRequest, *, stream: bool) -> tuple[ChatCompletionReq
 async def _prepare(
     state: AppState, req: MessagesRequest, request: Request
 ) -> tuple[ChatCompletionRequest, list[str], int | None, int | None, int]:
-    _check_model(state, req.model)  # aliases, or a 404 listing what is served
+    check_messages_model(state, req.model)  # aliases, claude-*, or a 404 listing the served
     chat, notes = _translate(req, stream=req.stream)
     check_chat(chat, state.limits, state.max_model_len)
     bind_session(request, chat.model_extra)
@@ -217,7 +217,7 @@ async def _single(chunk: bytes) -> Any:
 @router.post(PREFIX + "/count_tokens")
 async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, int]:
     state = app_state(request)
-    _check_model(state, req.model)
+    check_messages_model(state, req.model)
     chat, _ = _translate(req, stream=False)
     fit = await fit_chat(chat, state.chat, None, count=True)
     return {"input_tokens": fit.prompt_tokens or 0}

@@ -106,6 +106,7 @@ class AppState:
     max_model_len: int | None = None
     limits: Limits = field(default_factory=Limits)
     model_aliases: dict[str, str] = field(default_factory=dict)  # LOOPSTACK_MODEL_ALIASES
+    anthropic_model_names: bool = True  # claude-* on /v1/messages (serving.http.aliases)
 
 
 def app_state(request: Request) -> AppState:

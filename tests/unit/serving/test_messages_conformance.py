@@ -167,7 +167,8 @@ def test_the_start_up_log_says_claude_names_are_served(
     assert said and "/v1/messages" in said[0] and "LOOPSTACK_ANTHROPIC_MODEL_NAMES" in said[0]
     caplog.clear()
     monkeypatch.setenv("LOOPSTACK_ANTHROPIC_MODEL_NAMES", "false")
-    app = _app(tmp_path, monkeypatch, lambda path: None)
+    (tmp_path / "off").mkdir()
+    app = _app(tmp_path / "off", monkeypatch, lambda path: None)
     assert app.state.loopstack.anthropic_model_names is False
     said = [r.getMessage() for r in caplog.records if "claude-*" in r.getMessage()]
     assert said and "not served" in said[0]
