@@ -99,9 +99,7 @@ TEXT = " ".join(f"word{i}" for i in range(80))
     ],
     ids=["text", "content-blocks", "content-string"],
 )
-async def test_a_text_document_reaches_the_model(
-    harness: Harness, source: dict[str, Any]
-) -> None:
+async def test_a_text_document_reaches_the_model(harness: Harness, source: dict[str, Any]) -> None:
     h = harness
     document = {"type": "document", "source": source, "title": "Notes.txt", "context": "mine"}
     messages = [{"role": "user", "content": [document, {"type": "text", "text": "Summarise."}]}]
