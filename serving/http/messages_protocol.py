@@ -144,7 +144,8 @@ def _document(data: dict[str, Any], notes: list[str]) -> str:
     """A ``document`` block as the text the model reads: its title and context, then its
     text (``source.type`` ``text``, or ``content``: a string or text blocks); a PDF, a URL or
     a file id (nothing we can read as text) becomes a note."""
-    source = data.get("source") if isinstance(data.get("source"), dict) else {}
+    raw = data.get("source")
+    source: dict[str, Any] = raw if isinstance(raw, dict) else {}
     kind = source.get("type")
     text: str | None = None
     if kind == "text" and isinstance(source.get("data"), str):
