@@ -95,7 +95,7 @@ def resolve_model_name(name: str, served: str, aliases: Mapping[str, str]) -> st
 
 
 class ServedNames(Protocol):
-    """What the model check reads of the app's state (`serving.http.routes.AppState`)."""
+    """What the model check reads of the app's state (its `AppState`)."""
 
     model_name: str
     model_aliases: dict[str, str]
