@@ -128,12 +128,14 @@ async def validation_error(_: Request, exc: RequestValidationError) -> JSONRespo
 
 def validation_code(kind: str) -> str | None:
     """OpenAI's ``code`` for a pydantic error type: ``missing_required_parameter``,
-    ``invalid_type`` (a value of the wrong type), ``invalid_value``; a body that is no JSON:
-    null."""
+    ``unknown_parameter``, ``invalid_type`` (a value of the wrong type), ``invalid_value``; a
+    body that is no JSON: null."""
     if kind == "json_invalid":
         return None
     if kind == "missing":
         return "missing_required_parameter"
+    if kind == "extra_forbidden":
+        return "unknown_parameter"
     if kind.endswith(("_type", "_parsing")) or kind in ("model_attributes_type", "is_instance_of"):
         return "invalid_type"
     return "invalid_value"

@@ -223,6 +223,12 @@ async def test_every_openai_error_code_is_a_string_or_null(harness: Harness) -> 
     assert missing["error"]["code"] == "missing_required_parameter"
     wrong = await h.client.post("/v1/chat/completions", json={**chat, "temperature": "hot"})
     assert wrong.json()["error"]["code"] == "invalid_type"
+    bad = await h.client.post("/v1/chat/completions", json={**chat, "n": 0})
+    assert bad.json()["error"]["code"] == "invalid_value"
+    from serving.http.app import validation_code
+
+    assert validation_code("extra_forbidden") == "unknown_parameter"
+    assert validation_code("json_invalid") is None
 
 
 def test_error_bodies_built_from_exceptions_carry_no_status_as_code() -> None:
