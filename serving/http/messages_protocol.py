@@ -214,8 +214,8 @@ def _tool_use_ids(msg: InputMessage) -> set[str]:
 
 def _check_results(msg: InputMessage, index: int, uses: set[str]) -> None:
     """Each ``tool_result`` must answer a ``tool_use`` of the previous assistant message
-    (``system`` entries in between are no turn; consecutive user messages are one turn, as
-    Anthropic merges them): Anthropic refuses it otherwise, in these words."""
+    (``system`` entries in between are no turn; consecutive user or assistant messages are one
+    turn, as Anthropic merges them): Anthropic refuses it otherwise, in these words."""
     if isinstance(msg.content, str):
         return
     orphans = [
@@ -269,14 +269,18 @@ def to_chat(
     system = _system(req, notes)
     if system:
         messages.append({"role": "system", "content": system})
-    uses: set[str] = set()  # the tool_use ids of the latest assistant message
+    uses: set[str] = set()  # the tool_use ids of the latest assistant turn
+    last = ""  # the latest turn's role (system entries are none)
     for i, msg in enumerate(req.messages):
         if msg.role == "user":
             _check_results(msg, i, uses)
             messages += _user(msg, notes)
         elif msg.role == "assistant":
             messages.append(_assistant(msg, notes))
-            uses = _tool_use_ids(msg)
+            # consecutive assistant messages are one turn, as Anthropic merges them
+            uses = (uses if last == "assistant" else set()) | _tool_use_ids(msg)
+        if msg.role != "system":
+            last = msg.role
     if len(messages) == (1 if system else 0):
         raise ValueError("messages: at least one user or assistant message is needed")
     body: dict[str, Any] = {

@@ -84,6 +84,17 @@ async def test_a_matching_tool_result_still_passes_with_system_entries_between(
     ]
     resp = await post(h, messages=history, tools=[WEATHER])
     assert resp.status_code == 200, resp.text
+    # two assistant messages in a row are one turn (Anthropic merges them): both calls count
+    h.engine.constrained = ["Both sunny."]
+    other = {**USE, "id": "toolu_2"}
+    history = [
+        *USER,
+        {"role": "assistant", "content": [USE]},
+        {"role": "assistant", "content": [other]},
+        {"role": "user", "content": [result("toolu_1"), result("toolu_2")]},
+    ]
+    resp = await post(h, messages=history, tools=[WEATHER])
+    assert resp.status_code == 200, resp.text
 
 
 # --------------------------------------------------------------------------- documents (gap 6)
