@@ -71,6 +71,12 @@ class ServerSettings(BaseSettings):
         "prefix; the target must be the served name (empty: the served name). Other names: 404 "
         "model_not_found (serving/http/aliases.py).",
     )
+    anthropic_model_names: bool = Field(
+        default=True,
+        description="Serve every Anthropic model name (`claude-*`: Claude Code's "
+        "`claude-haiku-*` background requests) on /v1/messages by the served model, after "
+        "LOOPSTACK_MODEL_ALIASES; false: such names need an alias (serving/http/aliases.py).",
+    )
     home: Path = Path("~/.cache/loopstack").expanduser()
     api_key: str | None = None
 

@@ -32,10 +32,14 @@ from typing import Any
 
 
 def error_body(
-    message: str, *, type_: str, code: str | int | None, param: str | None = None
+    message: str, *, type_: str, code: str | None, param: str | None = None
 ) -> dict[str, Any]:
     """The one OpenAI-style error body every answer uses:
     ``{"error": {"message", "type", "param", "code"}}``.
+
+    ``code`` is a string or null, as OpenAI's is (openai-python's ``APIError.code`` is
+    ``Optional[str]``, Codex reads it as ``Option<String>``: an integer there fails its
+    parse); the HTTP status is the answer's own, never repeated in the body.
 
     Text that cannot be encoded as UTF-8 (a lone surrogate echoed from the request) is
     escaped, so building the response can never fail."""
@@ -68,8 +72,7 @@ class ServingError(Exception):
         self.code = code
 
     def to_body(self) -> dict[str, Any]:
-        code = self.code if self.code is not None else self.status_code
-        return error_body(self.message, type_=self.error_type, code=code, param=self.param)
+        return error_body(self.message, type_=self.error_type, code=self.code, param=self.param)
 
 
 class ModelResolutionError(ServingError):
@@ -101,7 +104,12 @@ class UpstreamError(ServingError):
     def __init__(self, status_code: int, body: dict[str, Any]):
         err = body.get("error", body) if isinstance(body, dict) else {}
         message = str(err.get("message", body)) if isinstance(err, dict) else str(err)
-        super().__init__(message, param=err.get("param") if isinstance(err, dict) else None)
+        code = err.get("code") if isinstance(err, dict) else None  # vLLM's is its status
+        super().__init__(
+            message,
+            param=err.get("param") if isinstance(err, dict) else None,
+            code=code if isinstance(code, str) else None,
+        )
         self.status_code = status_code if 400 <= status_code < 500 else 502
         self.error_type = "invalid_request_error" if status_code < 500 else "engine_error"
 

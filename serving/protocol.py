@@ -63,6 +63,10 @@ def _safe(where: str) -> str:
     return where.encode("utf-8", "backslashreplace").decode()[:200]
 
 
+#: What a model that cannot see images reads where an image was (Messages, Responses).
+IMAGE_NOTE = "[an image was attached here; this model cannot see images]"
+
+
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 

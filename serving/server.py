@@ -46,7 +46,7 @@ from serving.engine.process import ensure_port_free
 from serving.engine.supervisor import VLLMEngine, read_engine_key
 from serving.exceptions import EnginePortInUse
 from serving.http.admission import Admission
-from serving.http.aliases import parse_aliases
+from serving.http.aliases import anthropic_names_note, parse_aliases
 from serving.http.app import AppState, TraceIdFilter, build_app
 from serving.http.limits import Limits
 from serving.http.responses.store import StoreLimits, open_store
@@ -156,6 +156,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         decide=settings.tool_decide,
     )
     logger.info("tool selection when a request does not say: %s", selection.describe())
+    logger.info("%s", anthropic_names_note(name, settings.anthropic_model_names))
     state = AppState(
         engine=engine,
         chat=ChatService(
@@ -180,6 +181,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         ),
         model_name=name,
         model_aliases=parse_aliases(settings.model_aliases, name),
+        anthropic_model_names=settings.anthropic_model_names,
         api_key=settings.api_key,
         max_model_len=launch.max_model_len,
         limits=unpack(Limits, settings),

@@ -12,6 +12,13 @@ work. The operator maps them::
 every name with that prefix (``claude-*=qwen``). Every generating API (chat, completions,
 responses, messages, count_tokens) resolves its ``model`` here; a name that is neither served
 nor mapped is a 404 ``model_not_found`` that lists what is served.
+
+On the Anthropic Messages API (``/v1/messages`` and ``count_tokens``) Anthropic's names
+(``claude-*``) are also served by default (`ANTHROPIC_NAMES`): Claude Code sends
+``claude-haiku-*`` for its background requests however its main model is set, and met a 404
+("the model may not exist") unless the operator had mapped it. The operator's aliases are
+read first; ``LOOPSTACK_ANTHROPIC_MODEL_NAMES=false`` turns the default off; the start-up log
+says which holds (`anthropic_names_note`). The OpenAI APIs keep their 404 for these names.
 """
 
 from __future__ import annotations
@@ -19,12 +26,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from typing import Protocol
 
 from serving.exceptions import ModelNotFound
 
-__all__ = ["CATCH_ALL", "parse_aliases", "resolve_model_name"]
+__all__ = [
+    "ANTHROPIC_NAMES",
+    "CATCH_ALL",
+    "anthropic_names_note",
+    "check_messages_model",
+    "parse_aliases",
+    "resolve_model_name",
+]
 
 CATCH_ALL = "*"
+#: Served on the Messages API by default: every Anthropic model name.
+ANTHROPIC_NAMES = "claude-*"
 _NAME = re.compile(r"[\w.:/@+-]+\*?|\*")  # a model name, or a prefix ending in *
 
 
@@ -75,3 +92,36 @@ def resolve_model_name(name: str, served: str, aliases: Mapping[str, str]) -> st
     if CATCH_ALL in aliases:
         return aliases[CATCH_ALL]
     raise ModelNotFound(name, served=[served])
+
+
+class ServedNames(Protocol):
+    """What the model check reads of the app's state (its `AppState`)."""
+
+    model_name: str
+    model_aliases: dict[str, str]
+    anthropic_model_names: bool
+
+
+def check_messages_model(state: ServedNames, name: str) -> str:
+    """The served model a Messages request's `name` stands for: the operator's aliases, then
+    (unless turned off) any ``claude-*`` name; otherwise `ModelNotFound` (404)."""
+    try:
+        return resolve_model_name(name, state.model_name, state.model_aliases)
+    except ModelNotFound:
+        if state.anthropic_model_names and name.startswith(ANTHROPIC_NAMES[:-1]):
+            return state.model_name
+        raise
+
+
+def anthropic_names_note(served: str, enabled: bool) -> str:
+    """The start-up line that says whether Anthropic's names are served on /v1/messages."""
+    if enabled:
+        return (
+            f"Anthropic model names ({ANTHROPIC_NAMES}, e.g. Claude Code's claude-haiku-4-5) "
+            f"are served on /v1/messages by {served!r} "
+            "(LOOPSTACK_ANTHROPIC_MODEL_NAMES=false turns this off)"
+        )
+    return (
+        f"Anthropic model names ({ANTHROPIC_NAMES}) are not served on /v1/messages "
+        "(LOOPSTACK_ANTHROPIC_MODEL_NAMES=false) unless LOOPSTACK_MODEL_ALIASES maps them"
+    )

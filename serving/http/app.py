@@ -120,13 +120,32 @@ async def validation_error(_: Request, exc: RequestValidationError) -> JSONRespo
             f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
             for e in errors[:5]
         )
-    body = error_body(message, type_="invalid_request_error", code=400, param=".".join(loc) or None)
+    code = validation_code(str(first.get("type", "")))
+    body = error_body(
+        message, type_="invalid_request_error", code=code, param=".".join(loc) or None
+    )
     return JSONResponse(body, status_code=400)
 
 
+def validation_code(kind: str) -> str | None:
+    """OpenAI's ``code`` for a pydantic error type: ``missing_required_parameter``,
+    ``unknown_parameter``, ``invalid_type`` (a value of the wrong type), ``invalid_value``; a
+    body that is no JSON: null."""
+    if kind == "json_invalid":
+        return None
+    if kind == "missing":
+        return "missing_required_parameter"
+    if kind == "extra_forbidden":
+        return "unknown_parameter"
+    if kind.endswith(("_type", "_parsing")) or kind in ("model_attributes_type", "is_instance_of"):
+        return "invalid_type"
+    return "invalid_value"
+
+
 async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-    """The framework's own answers (unknown route, wrong method) in the same error body."""
-    body = error_body(str(exc.detail), type_="invalid_request_error", code=exc.status_code)
+    """The framework's own answers (unknown route, wrong method) in the same error body
+    (OpenAI's ``code`` for them is null)."""
+    body = error_body(str(exc.detail), type_="invalid_request_error", code=None)
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
@@ -134,7 +153,7 @@ async def unexpected(_: Request, exc: Exception) -> JSONResponse:
     """A bug: logged with its traceback, answered with a 500 that tells the client nothing."""
     logger.exception("unhandled error")
     return JSONResponse(
-        error_body("internal error", type_="server_error", code=500), status_code=500
+        error_body("internal error", type_="server_error", code=None), status_code=500
     )
 
 

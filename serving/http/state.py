@@ -26,7 +26,7 @@ _ERROR_SCHEMA = {
                 "message": {"type": "string"},
                 "type": {"type": "string"},
                 "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "integer", "null"]},
+                "code": {"type": ["string", "null"]},
             },
             "required": ["message", "type", "param", "code"],
         }
@@ -59,6 +59,7 @@ class AppState:
     max_model_len: int | None = None
     limits: Limits = field(default_factory=Limits)
     model_aliases: dict[str, str] = field(default_factory=dict)  # LOOPSTACK_MODEL_ALIASES
+    anthropic_model_names: bool = True  # claude-* on /v1/messages (serving.http.aliases)
 
 
 def app_state(request: Request) -> AppState:

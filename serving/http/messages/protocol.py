@@ -8,8 +8,10 @@ the constraint backend and its guarantee, metrics and trace ids are the chat pat
 `message_from_chat` turns the chat path's answer back into an Anthropic message.
 
 What does not map is said, not refused: an image becomes a note in the text (the served model
-reads no images), a server tool (``web_search_20250305``, ``bash_20250124``, ...: no
-``input_schema``) is skipped, ``thinking`` blocks are dropped.
+reads no images), a text ``document`` its title and text (a PDF one a note), a server tool
+(``web_search_20250305``, ``bash_20250124``, ...: no ``input_schema``) is skipped,
+``thinking`` blocks are dropped. A ``tool_result`` that answers no ``tool_use`` of the
+previous assistant message is refused, in Anthropic's words (`_check_results`).
 
 Claude Code's system prompt starts with an attribution line (``x-anthropic-billing-header:
 cc_version=...; cc_entrypoint=...; cch=...``) that changes per conversation; it is removed
@@ -26,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from serving.protocol import ChatCompletionRequest, check_json_values
+from serving.protocol import IMAGE_NOTE, ChatCompletionRequest, check_json_values
 
 __all__ = [
     "ATTRIBUTION",
@@ -41,7 +43,6 @@ __all__ = [
 _MAX_TOKENS = 2**31 - 1
 #: Claude Code's attribution line, wherever it sits in the system prompt.
 ATTRIBUTION = re.compile(r"^[ \t]*x-anthropic-billing-header:[^\n]*(\n|$)", re.MULTILINE | re.I)
-IMAGE_NOTE = "[an image was attached here; this model cannot see images]"
 
 
 class _Open(BaseModel):
@@ -126,14 +127,43 @@ def _text_of(content: str | list[Block] | list[Any], notes: list[str]) -> str:
         kind = data.get("type")
         if kind == "text":
             parts.append(str(data.get("text", "")))
-        elif kind in ("image", "document"):
-            parts.append(IMAGE_NOTE if kind == "image" else "[a document was attached here]")
-            notes.append(f"{kind} content replaced by a note")
+        elif kind == "image":
+            parts.append(IMAGE_NOTE)
+            notes.append("image content replaced by a note")
+        elif kind == "document":
+            parts.append(_document(data, notes))
         elif kind in ("thinking", "redacted_thinking"):
             continue
         else:
             parts.append(json.dumps(data, ensure_ascii=False))
     return "\n".join(p for p in parts if p)
+
+
+def _document(data: dict[str, Any], notes: list[str]) -> str:
+    """A ``document`` block as the text the model reads: its title and context, then its
+    text (``source.type`` ``text``, or ``content``: a string or text blocks); a PDF, a URL or
+    a file id (nothing we can read as text) becomes a note."""
+    raw = data.get("source")
+    source: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    kind = source.get("type")
+    text: str | None = None
+    if kind == "text" and isinstance(source.get("data"), str):
+        text = source["data"]
+    elif kind == "content" and isinstance(source.get("content"), str):
+        text = source["content"]
+    elif kind == "content" and isinstance(source.get("content"), list):
+        blocks = [b for b in source["content"] if isinstance(b, dict)]
+        text = _text_of([Block(**b) for b in blocks if isinstance(b.get("type"), str)], notes)
+    title = data.get("title") if isinstance(data.get("title"), str) else None
+    if text is None:
+        what = str(source.get("media_type") or kind or "unknown")[:60]
+        notes.append(f"document content ({what}) replaced by a note")
+        named = f" ({title})" if title else ""
+        return f"[a document{named} was attached here; this model cannot read {what} documents]"
+    head = [f"[document: {title}]" if title else "[document]"]
+    if isinstance(data.get("context"), str) and data["context"]:
+        head.append(data["context"])
+    return "\n".join([*head, text, "[end of document]"])
 
 
 def _system(req: MessagesRequest, notes: list[str]) -> str:
@@ -174,6 +204,34 @@ def _user(msg: InputMessage, notes: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _tool_use_ids(msg: InputMessage) -> set[str]:
+    if isinstance(msg.content, str):
+        return set()
+    found = (b.model_dump().get("id") for b in msg.content if b.type == "tool_use")
+    return {str(i) for i in found if i}
+
+
+def _check_results(msg: InputMessage, index: int, uses: set[str]) -> None:
+    """Each ``tool_result`` must answer a ``tool_use`` of the previous assistant message
+    (``system`` entries in between are no turn; consecutive user or assistant messages are one
+    turn, as Anthropic merges them): Anthropic refuses it otherwise, in these words."""
+    if isinstance(msg.content, str):
+        return
+    orphans = [
+        (j, str(b.model_dump().get("tool_use_id") or ""))
+        for j, b in enumerate(msg.content)
+        if b.type == "tool_result"
+    ]
+    orphans = [(j, id_) for j, id_ in orphans if id_ and id_ not in uses]
+    if orphans:
+        ids = ", ".join(id_[:200] for _, id_ in orphans[:10])
+        raise ValueError(
+            f"messages.{index}.content.{orphans[0][0]}: unexpected `tool_use_id` found in "
+            f"`tool_result` blocks: {ids}. Each `tool_result` block must have a corresponding "
+            "`tool_use` block in the previous message."
+        )
+
+
 def _assistant(msg: InputMessage, notes: list[str]) -> dict[str, Any]:
     if isinstance(msg.content, str):
         return {"role": "assistant", "content": msg.content}
@@ -210,11 +268,18 @@ def to_chat(
     system = _system(req, notes)
     if system:
         messages.append({"role": "system", "content": system})
-    for msg in req.messages:
+    uses: set[str] = set()  # the tool_use ids of the latest assistant turn
+    last = ""  # the latest turn's role (system entries are none)
+    for i, msg in enumerate(req.messages):
         if msg.role == "user":
+            _check_results(msg, i, uses)
             messages += _user(msg, notes)
         elif msg.role == "assistant":
             messages.append(_assistant(msg, notes))
+            # consecutive assistant messages are one turn, as Anthropic merges them
+            uses = (uses if last == "assistant" else set()) | _tool_use_ids(msg)
+        if msg.role != "system":
+            last = msg.role
     if len(messages) == (1 if system else 0):
         raise ValueError("messages: at least one user or assistant message is needed")
     body: dict[str, Any] = {

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.exceptions import InvalidRequest
+from serving.http.aliases import check_messages_model
 from serving.http.cancellation import with_cancellation
 from serving.http.context_fit import fit_chat
 from serving.http.messages import encoder as events
@@ -38,7 +39,7 @@ from serving.http.messages.protocol import (
     chat_request,
     to_chat,
 )
-from serving.http.pipeline import check_model, serve
+from serving.http.pipeline import serve
 from serving.http.state import app_state
 from serving.protocol import ChatCompletionRequest
 
@@ -129,7 +130,7 @@ def _translate(req: MessagesRequest, *, stream: bool) -> tuple[ChatCompletionReq
 @with_cancellation
 async def messages(req: MessagesRequest, request: Request) -> Response:
     state = app_state(request)
-    check_model(state, req.model)  # aliases, or a 404 listing what is served
+    check_messages_model(state, req.model)  # aliases, claude-*, or a 404 listing the served
     chat, notes = _translate(req, stream=req.stream)
     encoder = events.MessagesEncoder(model=req.model, stop_sequences=req.stop_sequences)
     headers = {NOTE_HEADER: "; ".join(notes)[:1000]} if notes else {}
@@ -140,7 +141,7 @@ async def messages(req: MessagesRequest, request: Request) -> Response:
 @router.post(PREFIX + "/count_tokens")
 async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, int]:
     state = app_state(request)
-    check_model(state, req.model)
+    check_messages_model(state, req.model)
     chat, _ = _translate(req, stream=False)
     fit = await fit_chat(chat, state.chat, None, count=True)
     return {"input_tokens": fit.prompt_tokens or 0}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -66,7 +65,7 @@ class ResponsesEncoder:
     ) -> None:
         self.req, self.tr, self.id = req, tr, id_
         self.on_done = on_done
-        self.created_at = int(time.time())
+        self.created_at = req.created_at  # read once per request: every event says it
         self.seq = 0
         self.output: list[dict[str, Any]] = []
         self.text: str | None = None  # the open message's text (None: no message open)

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from serving.protocol import RequestBase
 
@@ -63,11 +63,20 @@ class ResponsesRequest(RequestBase):
     reasoning: dict[str, Any] | None = None
     truncation: str | None = None
     background: bool | None = None
+    conversation: Any = None  # refused when set: `serving.http.responses.refuse_unserved`
+    prompt: Any = None  # refused when set, likewise
     loopstack: dict[str, Any] | None = None  # our chat extension, passed on as it is
+    # When the request came: the ``created_at`` of its response, read once, so every
+    # snapshot of one response (each stream event, the stored object) says the same.
+    _received_at: int = PrivateAttr(default_factory=lambda: int(time.time()))
 
     @property
     def stores(self) -> bool:
         return self.store is not False  # OpenAI's default is true
+
+    @property
+    def created_at(self) -> int:
+        return self._received_at
 
 
 # --------------------------------------------------------------------------- ids
@@ -117,9 +126,11 @@ def custom_call_item(
 
 
 def usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
+    """``usage`` as the openai SDK's ``ResponseUsage`` requires it: ``cache_write_tokens``
+    is a required field in openai 3.57 (installed here); vLLM counts no cache writes: 0."""
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached or 0},
+        "input_tokens_details": {"cached_tokens": cached or 0, "cache_write_tokens": 0},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": prompt + completion,
@@ -138,7 +149,8 @@ def response_object(
     error: dict[str, Any] | None = None,
     notes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The whole Response object, echoing what the request asked for."""
+    """The whole Response object, echoing what the request asked for; `created_at`
+    defaults to the request's (one value per response, however many snapshots)."""
     fmt = (
         req.text.format.model_dump(by_alias=True, exclude_none=True)
         if (req.text and req.text.format)
@@ -147,7 +159,7 @@ def response_object(
     body: dict[str, Any] = {
         "id": id_,
         "object": "response",
-        "created_at": created_at if created_at is not None else int(time.time()),
+        "created_at": created_at if created_at is not None else req.created_at,
         "status": status,
         "background": False,
         "error": error,

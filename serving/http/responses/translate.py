@@ -10,10 +10,12 @@ What maps onto what:
 
 * ``instructions`` -> the first system message (not carried along a chain, as OpenAI does);
   ``input`` as a string -> one user message; as items: ``message`` (``input_text``/
-  ``output_text``/``refusal`` parts become text, ``input_image`` an ``image_url`` part;
+  ``output_text``/``refusal`` parts become text, ``input_image`` a note in it, as Messages
+  does: the served model reads no images;
   ``developer`` -> ``system``), ``function_call`` and ``custom_tool_call`` -> the assistant's
   ``tool_calls`` (consecutive calls join one assistant message), ``function_call_output`` /
-  ``custom_tool_call_output`` (``output`` a string or a list of parts) -> ``tool`` messages,
+  ``custom_tool_call_output`` (``output`` a string or a list of parts) -> ``tool`` messages
+  (an output whose call is neither in the input nor in the chain: 400, as OpenAI answers),
   ``reasoning`` dropped (``encrypted_content`` may be null), other item types skipped with a
   note.
 * tools: ``function`` -> a chat function tool (``strict`` or not: the call is constrained
@@ -27,6 +29,9 @@ What maps onto what:
   (named), ``{"type": "allowed_tools", "mode", "tools"}`` (the tools narrowed, then the
   mode); ``text.format`` -> ``response_format``; ``max_output_tokens`` -> ``max_tokens``;
   ``prompt_cache_key`` (else ``user``) -> the session key engine calls carry.
+* refused with a 400 naming the field (`refuse_unserved`): ``background``, ``conversation``
+  (no Conversations API: chain with ``previous_response_id``), ``prompt`` (no stored prompt
+  templates).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from serving.http.responses.protocol import (
     response_object,
     usage,
 )
-from serving.protocol import ChatCompletionRequest
+from serving.protocol import IMAGE_NOTE, ChatCompletionRequest
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +86,38 @@ class Translated:
     history: list[dict[str, Any]] = field(default_factory=list)  # the chain's input items
 
 
+def refuse_unserved(req: ResponsesRequest) -> None:
+    """400 for what a request asks and this server cannot do, named, never dropped unsaid.
+
+    * ``background``: no queued responses.
+    * ``conversation`` (an id, or ``{"id"}``; the Agents SDK's ``conversation_id``): OpenAI's
+      Conversations API keeps a conversation's items server-side, behind
+      ``POST /v1/conversations``, which issues the id. Not served here, so any id is one we
+      never issued: refused (dropping it, as before, answered as if the earlier turns never
+      happened). A chain of responses is served: ``previous_response_id``, or the whole
+      history in ``input`` (what Codex sends).
+    * ``prompt`` (``{id, version, variables}``): a reusable prompt template stored on
+      OpenAI's platform. A self-hosted server has no template store to look it up in:
+      refused; send its text as ``instructions`` and ``input``.
+    """
+    if req.background:
+        raise InvalidRequest("background responses are not supported", param="background")
+    if req.conversation is not None:
+        raise InvalidRequest(
+            "conversation is not supported on this server (it serves no Conversations API); "
+            "chain responses with previous_response_id, or send the history in input",
+            param="conversation",
+            code="unsupported_parameter",
+        )
+    if req.prompt is not None:
+        raise InvalidRequest(
+            "prompt (a stored prompt template) is not supported on this server (it keeps no "
+            "prompt templates); send the prompt's text as instructions and input",
+            param="prompt",
+            code="unsupported_parameter",
+        )
+
+
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
     """The request's ``input`` as items (a string is one user message)."""
     if isinstance(req.input, str):
@@ -93,8 +130,7 @@ def to_chat(
 ) -> Translated:
     """The chat request of `req`; `earlier`: the input and output items of its chain;
     `grammars`: whether the constraint backend enforces custom tools' grammars."""
-    if req.background:
-        raise InvalidRequest("background responses are not supported", param="background")
+    refuse_unserved(req)
     history = [*(earlier or []), *input_items(req)]
     if len(history) > MAX_INPUT_ITEMS:
         raise InvalidRequest(
@@ -154,21 +190,24 @@ def _messages(
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
+    calls = _Calls()
     for i, item in enumerate(items):
         where = f"input[{i - offset}]" if i >= offset else "previous_response_id"
         if not isinstance(item, dict):
             raise InvalidRequest(f"{where} must be an object", param=where)
         kind = _kind(item.get("type"), "message" if "role" in item else "")
+        calls.see(kind, item)
         if kind == "message":
             role = item.get("role")
             if not isinstance(role, str) or role not in _ROLES:
                 raise InvalidRequest(f"{where}.role must be one of {sorted(_ROLES)}", param=where)
-            content = _content(item.get("content"), f"{where}.content")
+            content = _content(item.get("content"), f"{where}.content", notes)
             messages.append({"role": "system" if role == "developer" else role, "content": content})
         elif kind in _CALLS:
             _add_call(messages, item, where, custom=kind == "custom_tool_call")
         elif kind in _OUTPUTS:
             call_id = _string(item, "call_id", where)
+            calls.check(kind, call_id)
             messages.append(
                 {
                     "role": "tool",
@@ -181,6 +220,41 @@ def _messages(
         else:
             notes.append(f"{where}: input item type {str(kind)[:40]!r} is not served; skipped")
     return messages
+
+
+class _Calls:
+    """The call ids an input has made so far (its chain's first): a tool output must answer
+    one of them. OpenAI refuses an output without its call (400, ``param: "input"``); we
+    refused nothing and the model read an answer to a question never asked.
+
+    Every item with a ``call_id`` counts as a call, served or not (Codex answers a skipped
+    ``local_shell_call`` with a ``function_call_output``); after an ``item_reference`` (an
+    item we cannot look up) nothing is refused."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self.unknowable = False
+
+    def see(self, kind: str, item: dict[str, Any]) -> None:
+        if kind == "item_reference":
+            self.unknowable = True
+        elif kind in _CALLS:
+            call_id = item.get("call_id") or item.get("id")  # as `_add_call` takes it
+            if isinstance(call_id, str):
+                self.ids.add(call_id)
+        elif kind not in _OUTPUTS and isinstance(item.get("call_id"), str):
+            self.ids.add(item["call_id"])
+
+    def check(self, kind: str, call_id: str) -> None:
+        if call_id in self.ids or self.unknowable:
+            return
+        what = "function" if kind == "function_call_output" else "custom tool"
+        # OpenAI's words, e.g. "No tool call found for function call output with call_id
+        # call_uelf...." (reported in continuedev/continue#10092)
+        raise InvalidRequest(
+            f"No tool call found for {what} call output with call_id {call_id[:200]}.",
+            param="input",
+        )
 
 
 def _add_call(
@@ -222,35 +296,35 @@ def _string(item: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
-    """A message's content: a string, or its parts (text joined; images kept as parts)."""
+def _content(content: Any, where: str, notes: list[str]) -> str:
+    """A message's content as text: a string, or its parts (text joined; an image a note on
+    its own line, as the Messages API does: the served model reads no images, and Codex
+    keeps a pasted image in every later turn's history)."""
     if isinstance(content, str):
         return content
     if content is None:
         return ""
     if not isinstance(content, list):
         raise InvalidRequest(f"{where} must be a string or a list of parts", param=where)
-    parts: list[dict[str, Any]] = []
+    text, after_note = "", False
     for j, part in enumerate(content):
         here = f"{where}[{j}]"
         if not isinstance(part, dict):
             raise InvalidRequest(f"{here} must be an object", param=here)
         kind = _kind(part.get("type"))
         if kind in _TEXT_PARTS:
-            text = part.get("text", part.get("refusal", ""))
-            if not isinstance(text, str):
+            piece = part.get("text", part.get("refusal", ""))
+            if not isinstance(piece, str):
                 raise InvalidRequest(f"{here}.text must be a string", param=here)
-            parts.append({"type": "text", "text": text})
+            text += "\n" + piece if after_note and piece else piece
+            after_note = after_note and not piece
         elif kind == "input_image":
-            url = part.get("image_url")
-            if not isinstance(url, str) or not url:
-                raise InvalidRequest(f"{here}: only images given by image_url", param=here)
-            parts.append({"type": "image_url", "image_url": {"url": url}})
+            text += ("\n" if text and not text.endswith("\n") else "") + IMAGE_NOTE
+            after_note = True
+            notes.append(f"{here}: input_image replaced by a note (this model reads no images)")
         else:
             raise InvalidRequest(f"{here}: content part type {kind!r} is not supported", param=here)
-    if all(p["type"] == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
-    return parts
+    return text
 
 
 def _output(output: Any, where: str) -> str:

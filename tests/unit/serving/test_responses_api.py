@@ -61,7 +61,7 @@ async def test_text_answer_is_a_whole_response_object(harness: Harness) -> None:
     ]
     assert r["usage"] == {
         "input_tokens": 5,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": 3,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 8,
