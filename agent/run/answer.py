@@ -213,7 +213,7 @@ async def _request(
     try:
         text, prompt, completion = await _complete(agent, tid, response_format=fmt, **kw)
     except ModelError as exc:
-        if "400" not in exc.message:
+        if exc.status != 400:  # the endpoint refused the response_format: ask without it
             raise
         kind = None
         text, prompt, completion = await _complete(agent, tid, **kw)  # no response_format
