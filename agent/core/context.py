@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agent.core.state import AgentState
-from memory.language import estimate_tokens
+from loopstack.text import estimate_tokens
 
 __all__ = [
     "TokenCounter",

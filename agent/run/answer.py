@@ -21,8 +21,8 @@ from agent.core.settings import AgentConfig, AnswerOptions
 from agent.core.state import AgentState, Reason
 from agent.exceptions import AgentError, ModelError
 from agent.run import answer_kinds
-from memory.language import mostly_chinese
-from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
+from loopstack.text import mostly_chinese
+from memory import BLOCK_FOOTER, BLOCK_HEADER
 
 __all__ = [
     "ANSWER_FORMAT",
