@@ -5,6 +5,7 @@ Tree::
     AgentError                    root: anything the agent runtime raises
     ├── ConfigError               bad settings, tool file or CLI arguments (fatal)
     ├── ModelError                the endpoint failed in a way the loop cannot recover from
+    │                             (``status``: the endpoint's HTTP status, when it answered)
     └── ToolError                 a tool failed; the loop turns it into a structured result
         ├── ToolArgumentsError    arguments did not validate against the tool's schema
         ├── ToolNotAllowed        the tool is not mounted or not in the run's allowlist
@@ -37,7 +38,14 @@ class ConfigError(AgentError):
 
 
 class ModelError(AgentError):
+    """The model endpoint failed: ``status`` is the HTTP status it answered with (``None``
+    when it did not answer: a timeout, a refused connection)."""
+
     kind = "model_error"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ToolError(AgentError):

@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import inspect
 import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from bench.commandline import PROG
 from bench.common import DEFAULT_BASE_URL, api_key_or_env, parse_levels
 from bench.common import fmt_num as _x
 from bench.load import BenchError
@@ -379,9 +378,10 @@ app.command()(pauses)
 
 
 # --- every other benchmark: `loopstack bench SUBJECT NAME [OPTIONS]` ---------------------
-# Each module keeps its own argparse parser (its options, its --help) in ``main()``; the
-# command hands it the rest of the line. A module is imported only when its command runs, so
-# the load test's commands above never load serving/, agent/ or memory/.
+# Each module keeps its own typer app (its options, its --help) behind ``main(argv)``
+# (`bench.commandline`); the command hands it the rest of the line. A module is imported only
+# when its command runs, so the load test's commands above never load serving/, agent/ or
+# memory/.
 
 SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "serving": ("The serving layer: validity, constraint cost, overhead, soak, loop safety.", {
@@ -431,15 +431,14 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
 
 
 def run_script(module: str, prog: str, args: list[str]) -> int:
-    """Run ``module.main()`` as if ``prog ARGS`` were the command line; its exit status."""
+    """Run ``module.main(args)`` (its own typer app, `bench.commandline`) with ``prog`` as the
+    name in its usage line; its exit status."""
     main = importlib.import_module(module).main
-    saved, sys.argv = sys.argv, [prog, *args]
+    token = PROG.set(prog)
     try:
-        out = main()
-        if inspect.iscoroutine(out):
-            out = asyncio.run(out)
+        out = main(args)
     finally:
-        sys.argv = saved
+        PROG.reset(token)
     return out if isinstance(out, int) else 0
 
 

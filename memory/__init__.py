@@ -9,12 +9,16 @@ Public contract::
     rec = store.recall("which units?", user_id="u1", budget_tokens=600)
     rec.items[0].id, rec.items[0].text, rec.items[0].score, rec.block
     store.forget(rid, user_id="u1"); store.history(rid)
+
+``rec.block`` is framed by ``BLOCK_HEADER`` / ``BLOCK_FOOTER``; ``memory_tools(store, user_id=...)``
+are the ``recall_memory`` and ``save_memory`` tools an agent mounts.
 """
 
 from memory.config import MemorySettings
 from memory.embedding import Embedder, EndpointEmbedder, HashingEmbedder, MiniLMEmbedder
 from memory.exceptions import LoopstackMemoryError
 from memory.index import VectorIndex
+from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
 from memory.records import (
     Candidate,
     MemorySource,
@@ -30,8 +34,11 @@ from memory.records import (
 )
 from memory.store import AsyncMemoryStore
 from memory.sync import MemoryStore
+from memory.tools import memory_tools
 
 __all__ = [
+    "BLOCK_FOOTER",
+    "BLOCK_HEADER",
     "AsyncMemoryStore",
     "Candidate",
     "Embedder",
@@ -52,4 +59,5 @@ __all__ = [
     "Turn",
     "VectorIndex",
     "WriteResult",
+    "memory_tools",
 ]

@@ -33,61 +33,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory.language import has_cjk
+from loopstack.text import MONTHS, Number, blank, dates, has_cjk, numbers
 
-__all__ = ["Support", "check", "claims", "mentions", "perishable"]
+__all__ = ["Support", "check", "claims", "perishable"]
 
-_MONTHS = {
-    m: i + 1
-    for i, names in enumerate(
-        [
-            "jan january",
-            "feb february",
-            "mar march",
-            "apr april",
-            "may",
-            "jun june",
-            "jul july",
-            "aug august",
-            "sep sept september",
-            "oct october",
-            "nov november",
-            "dec december",
-        ]
-    )
-    for m in names.split()
-}
-_MONTH = r"(?:" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
-_DATES = [
-    (re.compile(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)"), "ymd"),
-    (re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]"), "ymd"),
-    (re.compile(rf"(?i)\b({_MONTH})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?"), "mdy"),
-    (
-        re.compile(
-            rf"(?i)\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\b(?:,?\s+(\d{{4}}))?"
-        ),
-        "dmy",
-    ),
-]
-_SCALE = {
-    "k": 1e3,
-    "thousand": 1e3,
-    "千": 1e3,
-    "万": 1e4,
-    "m": 1e6,
-    "million": 1e6,
-    "mn": 1e6,
-    "百万": 1e6,
-    "b": 1e9,
-    "bn": 1e9,
-    "billion": 1e9,
-    "亿": 1e8,
-}
-_NUMBER = re.compile(
-    r"(?<![A-Za-z0-9_.])(?P<num>-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?)"
-    r"(?:\s?(?P<scale>百万|万|亿|千|(?:thousand|million|billion|mn|bn|k|m|b)(?![A-Za-z])))?"
-    r"(?P<pct>\s?%|\s?percent\b|\s?个百分点)?"
-)
 _QUOTED = re.compile(
     r'"([^"\n]{2,60})"|“([^”\n]{1,60})”|「([^」\n]{1,60})」|『([^』\n]{1,60})』|《([^》\n]{1,60})》'
 )
@@ -126,45 +75,6 @@ def perishable(text: str) -> bool:
 # --- values ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Num:
-    value: float  # mantissa as written
-    decimals: int
-    scale: float
-    percent: bool
-    text: str
-
-
-def _dates(text: str) -> Iterator[tuple[tuple[int, int], int, int]]:
-    """((month, day), start, end) of every date in ``text``."""
-    for pattern, order in _DATES:
-        for m in pattern.finditer(text):
-            if order == "ymd":
-                month, day = int(m.group(2)), int(m.group(3))
-            elif order == "mdy":
-                month, day = _MONTHS[m.group(1).lower().rstrip(".")], int(m.group(2))
-            else:
-                month, day = _MONTHS[m.group(2).lower().rstrip(".")], int(m.group(1))
-            if 1 <= month <= 12 and 1 <= day <= 31:
-                yield (month, day), m.start(), m.end()
-
-
-def _blank(text: str, spans: list[tuple[int, int]]) -> str:
-    for a, b in sorted(spans, reverse=True):
-        text = text[:a] + " " * (b - a) + text[b:]
-    return text
-
-
-def _numbers(text: str) -> list[_Num]:
-    out = []
-    for m in _NUMBER.finditer(text):
-        raw = m.group("num").replace(",", "")
-        scale = _SCALE.get((m.group("scale") or "").lower(), 1.0)
-        decimals = len(raw.split(".")[1]) if "." in raw else 0
-        out.append(_Num(float(raw), decimals, scale, bool(m.group("pct")), m.group(0).strip()))
-    return out
-
-
 def _entities(text: str) -> list[str]:
     out = []
     for m in _ENTITY.finditer(text):
@@ -176,7 +86,7 @@ def _entities(text: str) -> list[str]:
         at_start = not text[: m.start()].strip() or text[: m.start()].rstrip()[-1] in '.!?:;"('
         if len(words) == 1 and words[0].isalpha() and (at_start or len(words[0]) < 2):
             continue  # a capitalised first word is just grammar
-        if len(words) == 1 and words[0].isalpha() and words[0].lower() in _MONTHS:
+        if len(words) == 1 and words[0].isalpha() and words[0].lower() in MONTHS:
             continue
         out.append(" ".join(words))
     return out
@@ -219,7 +129,7 @@ def _source(ref: str, raw: str) -> _Source:
     except (json.JSONDecodeError, TypeError, ValueError):
         leaves, named = [raw], raw
     text = "\n".join(str(v) for v in leaves)
-    nums = [n.value * n.scale for n in _numbers(_blank(text, [(a, b) for _, a, b in _dates(text)]))]
+    nums = [n.value * n.scale for n in numbers(blank(text, [(a, b) for _, a, b in dates(text)]))]
     nums += [float(v) for v in leaves if isinstance(v, int | float)]
     strings = [
         s
@@ -228,10 +138,10 @@ def _source(ref: str, raw: str) -> _Source:
         for s in re.split(r"[\s,，、。；;：:()（）]+", v)
         if 2 <= len(s) <= 30 and has_cjk(s)
     ]
-    return _Source(ref, text, named.lower(), nums[:200], {d for d, _, _ in _dates(text)}, strings)
+    return _Source(ref, text, named.lower(), nums[:200], {d for d, _, _ in dates(text)}, strings)
 
 
-def _num_in(n: _Num, pool: list[float]) -> bool:
+def _num_in(n: Number, pool: list[float]) -> bool:
     def close(x: float) -> bool:
         return round(x / n.scale, n.decimals) == round(n.value, n.decimals)
 
@@ -244,20 +154,6 @@ def _num_in(n: _Num, pool: list[float]) -> bool:
                 if a is not b and (close(100 * a / b) or close(abs(100 * (a - b) / b))):
                     return True
     return False
-
-
-def mentions(text: str, value: str) -> bool:
-    """Whether ``text`` states ``value`` (a result's leaf value): a number by value and scale
-    ("120000" in "12万" or "120k"), a date as a date ("2026-03-03" in "3月3日"), anything
-    else as a case-blind substring (Chinese text has no word boundaries)."""
-    if re.fullmatch(r"-?\d+(?:\.\d+)?", value.strip()):
-        number = float(value)
-        found = _numbers(_blank(text, [(a, b) for _, a, b in _dates(text)]))
-        return any(n.value * n.scale == number for n in found)
-    wanted = {d for d, _, _ in _dates(value)}
-    if wanted and wanted & {d for d, _, _ in _dates(text)}:
-        return True
-    return value.lower() in text.lower()
 
 
 # --- claims ------------------------------------------------------------------------------------
@@ -298,15 +194,15 @@ def _claim_values(claim: str, given: str) -> tuple[list[tuple[str, Any]], list[s
     """(checkable values, quoted/entity strings) of one claim, minus those ``given``."""
     spans = []
     values: list[tuple[str, Any]] = []
-    given_dates = {d for d, _, _ in _dates(given)}
-    for d, a, b in _dates(claim):
+    given_dates = {d for d, _, _ in dates(given)}
+    for d, a, b in dates(claim):
         spans.append((a, b))
         if d not in given_dates:
             values.append((claim[a:b], d))
-    rest = _blank(claim, spans)
-    given_nums = [n.value * n.scale for n in _numbers(given)]
-    for n in _numbers(rest):
-        if not _num_in(_Num(n.value, n.decimals, n.scale, False, n.text), given_nums):
+    rest = blank(claim, spans)
+    given_nums = [n.value * n.scale for n in numbers(given)]
+    for n in numbers(rest):
+        if not _num_in(Number(n.value, n.decimals, n.scale, False, n.text), given_nums):
             values.append((n.text, n))
     low_given = given.lower()
     names = [s for s in _quoted(rest) + _entities(rest) if s.lower() not in low_given]

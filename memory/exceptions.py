@@ -6,6 +6,8 @@ catch memory failures without catching everything else::
     LoopstackMemoryError
     ├── ConfigError                  bad settings (unknown index kind, bad weights, ...)
     ├── LedgerError                  the ledger (SQLite or Postgres) failed or is not what we expect
+    │   ├── LedgerBusyError          SQLite: another connection holds the lock (SQLITE_BUSY)
+    │   ├── LedgerLockedError        SQLite: a table is locked inside this process (SQLITE_LOCKED)
     │   ├── SchemaVersionError       the ledger was written by a newer schema
     │   └── RowSecurityError         Postgres: the role bypasses row-level security
     ├── IndexError_                  the FAISS index is unusable
@@ -28,7 +30,9 @@ __all__ = [
     "EmbeddingError",
     "IndexError_",
     "IndexMismatchError",
+    "LedgerBusyError",
     "LedgerError",
+    "LedgerLockedError",
     "LoopstackMemoryError",
     "ModelError",
     "NotFoundError",
@@ -52,6 +56,16 @@ class ConfigError(LoopstackMemoryError):
 class LedgerError(LoopstackMemoryError):
     """The ledger (a SQLite file or a Postgres database) failed or holds something
     unexpected."""
+
+
+class LedgerBusyError(LedgerError):
+    """SQLite answered ``SQLITE_BUSY`` ("database is locked"): another connection, often
+    another process, holds the file's lock past the busy timeout."""
+
+
+class LedgerLockedError(LedgerError):
+    """SQLite answered ``SQLITE_LOCKED`` ("database table is locked"): a conflict between
+    connections of one process (shared cache) or inside one connection."""
 
 
 class SchemaVersionError(LedgerError):

@@ -1,4 +1,6 @@
-"""Languages other than English: Chinese write-back triggers and a CJK-aware token estimate.
+"""Languages other than English: Chinese write-back triggers. The CJK-aware token estimate and
+language detection live in the leaf :mod:`loopstack.text`, shared with the agent;
+``estimate_tokens`` and ``has_cjk`` are re-exported here for memory's own modules.
 
 The promotion gate (``memory.writeback``) asks these detectors beside its English ones:
 
@@ -8,84 +10,23 @@ The promotion gate (``memory.writeback``) asks these detectors beside its Englis
 * forget, only as an imperative at the start of a sentence: "忘掉/忘记...", "不要记/别记...",
   "不要保存...", "删除关于...的记忆", "把...从记忆里删掉", "删除你记得的关于...的一切".
   Never "我忘记带钥匙了" (I forgot), "忘了吧" (forget it), "删除文件 report.txt".
-
-``estimate_tokens`` counts what a Qwen-style BPE tokenizer makes of a text without loading
-it: ``CJK_TOKENS_PER_CHAR`` (0.65) per CJK character (Qwen2.5's tokenizer gives 0.55-0.66
-tokens per character of Chinese prose, where the old ``chars / 4`` counted 0.25), one token
-per digit, 1.1 per Latin word and 0.8 per other symbol. Fitted on, and checked against, the
-served tokenizer by ``tests/unit/memory/test_memory_language.py``: each sample within 25 %,
-each language's total within 15 %.
 """
 
 from __future__ import annotations
 
-import math
 import re
 
+from loopstack.text import char_pairs, estimate_tokens, has_cjk
+
 __all__ = [
-    "CJK_TOKENS_PER_CHAR",
-    "char_pairs",
-    "cjk_chars",
     "covers",
     "estimate_tokens",
     "has_cjk",
-    "mostly_chinese",
-    "text_units",
     "zh_correction",
     "zh_explicit_request",
     "zh_forget_request",
     "zh_self_statements",
 ]
-
-#: Tokens per CJK character (Qwen2.5 tokenizer on Chinese prose; see the module docstring).
-CJK_TOKENS_PER_CHAR = 0.65
-
-# CJK ideographs (incl. extension A and compatibility), kana, hangul, CJK punctuation and
-# full-width forms: every one of these is about one token or more in a BPE vocabulary.
-_CJK = re.compile(
-    r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
-)
-_IDEOGRAPHS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # for a character class
-_IDEOGRAPH = re.compile(rf"[{_IDEOGRAPHS}]")
-_CJK_RUN = re.compile(rf"[{_IDEOGRAPHS}]+")
-_NON_CJK_WORD = re.compile(rf"[^\W{_IDEOGRAPHS}]+")
-
-
-def has_cjk(text: str) -> bool:
-    return _IDEOGRAPH.search(text) is not None
-
-
-def cjk_chars(text: str) -> int:
-    return len(_CJK.findall(text))
-
-
-def mostly_chinese(text: str) -> bool:
-    """Written in Chinese: at least two ideographs, and no fewer than its Latin words (an
-    order id or a brand name inside a Chinese sentence does not make it English)."""
-    ideographs = len(_IDEOGRAPH.findall(text))
-    return ideographs >= 2 and ideographs >= len(_LATIN_WORD.findall(text))
-
-
-def estimate_tokens(text: str) -> int:
-    """Tokenizer-free estimate for a Qwen-style BPE vocabulary (see the module docstring):
-    ``0.65`` per CJK character, one per digit (Qwen splits numbers digit by digit), ``1.1``
-    per Latin word (a quarter per letter beyond 12 letters), ``0.8`` per other symbol; never
-    fewer than one per whitespace word."""
-    if not text:
-        return 0
-    cjk = cjk_chars(text)
-    digits = len(_DIGIT.findall(text))
-    # a word is ~1 token; a long run (an id, a hash, base64) about one per 4 letters
-    words = sum(1.1 if len(w) <= 12 else len(w) / 4 for w in _LATIN_WORD.findall(text))
-    other = len(_OTHER.findall(text)) - cjk
-    est = CJK_TOKENS_PER_CHAR * cjk + digits + words + 0.8 * max(0, other)
-    return max(math.ceil(est), len(text.split()))
-
-
-_DIGIT = re.compile(r"[0-9]")
-_LATIN_WORD = re.compile(r"[A-Za-z]+")
-_OTHER = re.compile(r"[^\sA-Za-z0-9]")
-
 
 # --- Chinese write-back triggers ------------------------------------------------------------
 
@@ -211,19 +152,6 @@ def zh_self_statements(message: str) -> list[str]:
         if _ZH_SELF.match(s) and len(s) >= 5 and not s.rstrip().endswith(("？", "?", "吗")):
             out.append(_zh_clean(s))
     return out
-
-
-def char_pairs(text: str) -> set[str]:
-    """The character pairs of ``text``'s Chinese runs (a one-character run is its own unit):
-    Chinese has no spaces, so pairs stand in for its words when texts are compared."""
-    return {r[i : i + 2] for r in _CJK_RUN.findall(text) for i in range(max(1, len(r) - 1))}
-
-
-def text_units(text: str) -> set[str]:
-    """What two texts in either language are compared by: the lower-cased words of the
-    text that is not Chinese, and `char_pairs` of the Chinese."""
-    lowered = text.lower()
-    return set(_NON_CJK_WORD.findall(lowered)) | char_pairs(lowered)
 
 
 _TARGET_SKIP = re.compile(r"^(?:我的|我们的|我|关于|有关)|(?:的事情?|这件事|的信息|的一切)$")

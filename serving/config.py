@@ -33,7 +33,7 @@ NO_THINKING = {"enable_thinking": False}
 
 
 CpuDtype = Literal["auto", "bfloat16", "float32"]
-# How vLLM-CPU lays out its engine (serving.engine.hardware.cpu_executor): "uni", the model's
+# How vLLM-CPU lays out its engine (serving.engine.hardware.cpu_executor_env): "uni", the model's
 # worker inside the engine-core process (no busy-wait between them), or "mp", vLLM-CPU's own
 # (a worker process bound to its cores; the engine core spins on their shared-memory queue).
 CpuExecutor = Literal["auto", "uni", "mp"]

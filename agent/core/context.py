@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agent.core.state import AgentState
-from memory.language import estimate_tokens
+from loopstack.text import estimate_tokens
 
 __all__ = [
     "TokenCounter",
@@ -98,7 +98,7 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if self._tok is not None:
             return len(self._tok.encode(text, add_special_tokens=False))
-        return estimate_tokens(text)  # CJK-aware (memory.language): Chinese is ~0.6/char
+        return estimate_tokens(text)  # CJK-aware (loopstack.text): Chinese is ~0.6/char
 
     def messages(self, messages: list[dict[str, Any]]) -> int:
         return sum(self.count(_message_text(m)) + 4 for m in messages)

@@ -21,8 +21,8 @@ from agent.core.settings import AgentConfig, AnswerOptions
 from agent.core.state import AgentState, Reason
 from agent.exceptions import AgentError, ModelError
 from agent.run import answer_kinds
-from memory.language import mostly_chinese
-from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
+from loopstack.text import mostly_chinese
+from memory import BLOCK_FOOTER, BLOCK_HEADER
 
 __all__ = [
     "ANSWER_FORMAT",
@@ -213,7 +213,7 @@ async def _request(
     try:
         text, prompt, completion = await _complete(agent, tid, response_format=fmt, **kw)
     except ModelError as exc:
-        if "400" not in exc.message:
+        if exc.status != 400:  # the endpoint refused the response_format: ask without it
             raise
         kind = None
         text, prompt, completion = await _complete(agent, tid, **kw)  # no response_format

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.core.state import AgentState, Observation
-from memory.evidence import mentions
+from loopstack.text import mentions
 
 __all__ = ["Repair", "evidence", "problems", "repair"]
 

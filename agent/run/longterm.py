@@ -15,9 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from memory.records import Recall, Turn
-from memory.store import AsyncMemoryStore
-from memory.tools import memory_tools
+from memory import AsyncMemoryStore, Recall, Turn, memory_tools
 
 __all__ = ["StoreMemory", "open_store"]
 

@@ -594,5 +594,7 @@ class Agent:
 
 
 def _model_error(exc: openai.APIError) -> AgentError:
-    status = getattr(exc, "status_code", None)
-    return ModelError(f"endpoint error{f' {status}' if status else ''}: {exc.message}")
+    status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
+    return ModelError(
+        f"endpoint error{f' {status}' if status else ''}: {exc.message}", status=status
+    )

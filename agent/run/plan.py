@@ -33,7 +33,7 @@ from agent.core.settings import AgentConfig, Limits, PlanMode
 from agent.core.state import AgentState, Plan, PlanItem, PlanStep, ToolStep
 from agent.exceptions import AgentError
 from agent.tools.registry import ToolRegistry
-from memory.language import text_units
+from loopstack.text import text_units
 
 __all__ = [
     "PLAN_FORMAT",

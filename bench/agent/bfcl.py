@@ -29,7 +29,6 @@ summary: right tool, right call (``args_accuracy``), calls kept, false calls.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import hashlib
@@ -43,11 +42,22 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
+
+import typer
 
 from bench.agent.selection import (
+    API_KEY,
+    BASE_URL,
+    CONCURRENCY,
+    MAX_TOKENS,
+    MIN_SCORE,
+    MODEL,
+    OUT,
+    RANK_ONLY,
+    SEED,
     Item,
-    add_request_args,
     arm_request,
     known_arm,
     make_ranker,
@@ -56,6 +66,7 @@ from bench.agent.selection import (
     send_all,
     summarize,
 )
+from bench.commandline import benchmark_app, parse_command
 
 VERSION = "2026.3.23"
 WHEEL = f"bfcl_eval-{VERSION}-py3-none-any.whl"
@@ -251,7 +262,7 @@ def args_ok(fn: dict[str, Any], accept: dict[str, list[Any]], args: dict[str, An
 # --- running ---------------------------------------------------------------------------------
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: SimpleNamespace) -> dict[str, Any]:
     data = args.data or await asyncio.to_thread(fetch)
     jobs: list[tuple[Item, str, list, dict]] = []
     for name in args.sets:
@@ -265,7 +276,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
+async def rank_only(args: SimpleNamespace) -> dict[str, Any]:
     """No model: the server's ranking on the sample (as `bench.agent.selection`'s
     ``--rank-only``): the right tool's place and score, and what a floor keeps and leaves."""
     from serving.selection.rank import floor_applies
@@ -297,25 +308,47 @@ async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    add_request_args(ap)
-    ap.add_argument("--sets", default="multiple,irrelevance", type=lambda s: s.split(","))
-    ap.add_argument("--n", type=int, default=40, help="requests drawn from each set")
-    ap.add_argument("--arms", default="given,given+abstain,defaults", type=lambda s: s.split(","))
-    ap.add_argument("--data", type=Path, default=None, help="BFCL's data folder (no download)")
-    args = ap.parse_args(argv)
+app = benchmark_app(__doc__)
+
+
+@app.command()
+def options(
+    base_url: str = BASE_URL,
+    api_key: str = API_KEY,
+    model: str | None = MODEL,
+    min_score: float = MIN_SCORE,
+    concurrency: int = CONCURRENCY,
+    max_tokens: int = MAX_TOKENS,
+    seed: int = SEED,
+    out: Path | None = OUT,
+    rank_only: bool = RANK_ONLY,
+    sets: str = typer.Option("multiple,irrelevance", help="comma-separated"),
+    n: int = typer.Option(40, help="requests drawn from each set"),
+    arms: str = typer.Option("given,given+abstain,defaults", help="comma-separated"),
+    data: Path | None = typer.Option(None, help="BFCL's data folder (no download)"),
+) -> SimpleNamespace:
+    args = SimpleNamespace(**locals())
+    args.sets, args.arms = sets.split(","), arms.split(",")
     for name in args.sets:
         if name not in SETS:
-            ap.error(f"unknown set {name!r}: {', '.join(SETS)}")
+            raise typer.BadParameter(f"unknown set {name!r}: {', '.join(SETS)}")
     for arm in args.arms:
         if not known_arm(arm):
-            ap.error(f"unknown arm {arm!r}: given, ranked, topK, defaults, or composed with +")
+            raise typer.BadParameter(
+                f"unknown arm {arm!r}: given, ranked, topK, defaults, or composed with +"
+            )
     return args
 
 
+def parse_args(argv: list[str] | None = None) -> SimpleNamespace:
+    return cast(SimpleNamespace, parse_command(app, argv))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
     if args.rank_only:
         print("RESULT " + json.dumps(asyncio.run(rank_only(args))))
         return 0

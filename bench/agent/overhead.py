@@ -24,7 +24,6 @@ Prints JSON lines and a final ``RESULT {...}`` line.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
@@ -32,7 +31,10 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import typer
 
 from agent.core.settings import AgentConfig, Limits, PlanMode
 from agent.core.state import ModelStep, ToolStep
@@ -40,6 +42,7 @@ from agent.run.loop import Agent
 from agent.run.team import Worker, worker_tools
 from agent.scripted import ScriptedModel, call, calls, text
 from agent.tools.registry import ToolRegistry
+from bench.commandline import benchmark_app, run_command
 
 
 def lookup(key: str) -> dict[str, Any]:
@@ -154,7 +157,7 @@ async def parallel_tools(trace_dir: Path) -> dict[str, Any]:
     return {"tools": 3, "each_s": 1.0, "step_wall_s": round(t_last - t_model, 3)}
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+async def main_async(args: SimpleNamespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         a = await per_step(args.steps, args.measure, Path(d))
         print(json.dumps({"bench": "per_step", **a}), flush=True)
@@ -185,9 +188,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=50, help="steps of history before measuring")
-    p.add_argument("--measure", type=int, default=20, help="steps measured")
-    result = asyncio.run(main_async(p.parse_args()))
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def overhead(
+    steps: int = typer.Option(50, help="steps of history before measuring"),
+    measure: int = typer.Option(20, help="steps measured"),
+) -> int:
+    result = asyncio.run(main_async(SimpleNamespace(steps=steps, measure=measure)))
     print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -44,7 +44,6 @@ for a given, reversed and shuffled list; the right tool's score; what a floor ke
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -55,8 +54,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
+import typer
+
+from bench.commandline import benchmark_app, run_command
 from bench.common import CORPUS_PATH
 from bench.corpus.text import humanize
 
@@ -365,7 +368,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
     return out
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: SimpleNamespace) -> dict[str, Any]:
     jobs: list[tuple[Item, str, list, dict]] = []
     for size in args.sizes:
         for item in selection_items(args.items, size, args.seed, args.lang, everyday=args.everyday):
@@ -382,7 +385,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-async def send_all(args: argparse.Namespace, jobs: list[tuple[Item, str, list, dict]]) -> list[Row]:
+async def send_all(args: SimpleNamespace, jobs: list[tuple[Item, str, list, dict]]) -> list[Row]:
     """One ``auto`` request per job (item, arm, tools, extension), ``args.concurrency`` at a
     time; a request identical to an earlier one (greedy decoding) is answered once."""
     from openai import AsyncOpenAI
@@ -420,7 +423,7 @@ def save(out: Path | None, rows: list[Row], summary: dict[str, Any]) -> None:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
-async def rank_only(args: argparse.Namespace) -> dict[str, Any]:
+async def rank_only(args: SimpleNamespace) -> dict[str, Any]:
     """No model: the server's ranking (`serving.selection.rank`: MiniLM, and multilingual-e5
     for requests mostly in another script, as the server builds it) on the same items."""
     return await rank_report(make_ranker(), args)
@@ -437,7 +440,7 @@ def make_ranker() -> Any:
     return ToolRanker(english, multilingual=multilingual)
 
 
-async def rank_report(ranker: Any, args: argparse.Namespace) -> dict[str, Any]:
+async def rank_report(ranker: Any, args: SimpleNamespace) -> dict[str, Any]:
     """What `ranker` (a `ToolRanker`) does with the items: is its order the same whatever the
     input order, where does the right tool land (first, in the top 3, top 5), and what a
     ``min_score`` floor keeps of the right tools and leaves of the abstention requests, with
@@ -489,70 +492,83 @@ def quantiles(values: list[float], qs: tuple[float, ...]) -> dict[str, float]:
     return {str(q): round(ordered[int(q * (len(ordered) - 1))], 3) for q in qs}
 
 
-def add_request_args(ap: argparse.ArgumentParser) -> None:
-    """The options every selection run shares (this bench's and `bench.agent.bfcl`'s): the
-    server, the sending, the floor of the ``+floor`` arms, the seed, the output folder."""
-    ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
-    ap.add_argument("--api-key", default="EMPTY")
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--min-score", type=float, default=0.3, help="the +floor arms' floor")
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument(
-        "--rank-only", action="store_true", help="no model: the ranking's order and floor"
-    )
+# The options every selection run shares (this bench's and `bench.agent.bfcl`'s): the server,
+# the sending, the floor of the ``+floor`` arms, the seed, the output folder.
+BASE_URL = typer.Option("http://127.0.0.1:8000/v1", "--base-url")
+API_KEY = typer.Option("EMPTY", "--api-key")
+MODEL = typer.Option(None, "--model")
+MIN_SCORE = typer.Option(0.3, "--min-score", help="the +floor arms' floor")
+CONCURRENCY = typer.Option(4, "--concurrency")
+MAX_TOKENS = typer.Option(256, "--max-tokens")
+SEED = typer.Option(7, "--seed")
+OUT = typer.Option(None, "--out")
+RANK_ONLY = typer.Option(False, "--rank-only", help="no model: the ranking's order and floor")
+
+app = benchmark_app(__doc__)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    add_request_args(ap)
-    ap.add_argument(
-        "--sizes", default="5,10,30", type=lambda s: [int(x) for x in s.split(",") if x.strip()]
-    )
-    ap.add_argument("--items", type=int, default=12, help="corpus items per size (+ golden)")
-    ap.add_argument("--arms", default=",".join(ARMS), type=lambda s: s.split(","))
-    ap.add_argument("--no-abstention", dest="abstention", action="store_false")
-    ap.add_argument(
-        "--abstention-arms",
-        default="given,given+abstain,ranked+floor,ranked+floor+abstain",
-        type=lambda s: s.split(","),
+@app.command()
+def selection(
+    base_url: str = BASE_URL,
+    api_key: str = API_KEY,
+    model: str | None = MODEL,
+    min_score: float = MIN_SCORE,
+    concurrency: int = CONCURRENCY,
+    max_tokens: int = MAX_TOKENS,
+    seed: int = SEED,
+    out: Path | None = OUT,
+    rank_only: bool = RANK_ONLY,
+    sizes: str = typer.Option("5,10,30", help="tool-set sizes, comma-separated"),
+    items: int = typer.Option(12, help="corpus items per size (+ golden)"),
+    arms: str = typer.Option(",".join(ARMS), help="comma-separated"),
+    abstention: bool = typer.Option(True, "--abstention/--no-abstention"),
+    abstention_arms: str = typer.Option(
+        "given,given+abstain,ranked+floor,ranked+floor+abstain",
         help="arms on the abstention set (composed: base+abstain+floor+decide, or defaults)",
-    )
-    ap.add_argument(
-        "--abstention-limit", type=int, default=None, help="the first N abstention items only"
-    )
-    ap.add_argument(
+    ),
+    abstention_limit: int | None = typer.Option(None, help="the first N abstention items only"),
+    everyday: bool = typer.Option(
+        False,
         "--everyday",
-        action="store_const",
-        const=EVERYDAY_ITEMS,
         help="the golden tools' 24 requests as a user words them (selection_everyday.json), "
         "each among the other golden and time tools, instead of the golden and corpus items",
-    )
-    ap.add_argument(
-        "--everyday-file",
-        dest="everyday",
-        type=Path,
+    ),
+    everyday_file: Path | None = typer.Option(
+        None,
         help="--everyday with your own requests: a JSON list of {id, prompt, tool, expected} "
         "as selection_everyday.json, each tool one of the golden or time tools",
-    )
-    ap.add_argument(
-        "--lang",
-        choices=("en", "zh"),
-        default="en",
+    ),
+    lang: Literal["en", "zh"] = typer.Option(
+        "en",
         help="zh: the 24 Chinese items (selection_zh.json; no corpus items) and the abstention "
         "requests asked in Chinese",
-    )
-    args = ap.parse_args(argv)
+    ),
+) -> int:
+    return _command(SimpleNamespace(**locals()))
+
+
+def _command(args: SimpleNamespace) -> int:
+    args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    args.arms, args.abstention_arms = args.arms.split(","), args.abstention_arms.split(",")
+    args.everyday = args.everyday_file or (EVERYDAY_ITEMS if args.everyday else None)
     if args.everyday is not None and not args.everyday.is_file():
-        ap.error(f"--everyday-file: no file {args.everyday}")
+        raise typer.BadParameter(f"--everyday-file: no file {args.everyday}")
     if args.rank_only:
         print("RESULT " + json.dumps(asyncio.run(rank_only(args))))
         return 0
     for arm in [*args.arms, *args.abstention_arms]:
         if not known_arm(arm):
-            ap.error(f"unknown arm {arm!r}: {', '.join(ARMS)}, defaults, or composed with +")
+            raise typer.BadParameter(
+                f"unknown arm {arm!r}: {', '.join(ARMS)}, defaults, or composed with +"
+            )
     summary = asyncio.run(run(args))
     print("RESULT " + json.dumps(summary))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

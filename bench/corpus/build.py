@@ -34,7 +34,6 @@ Run: ``loopstack bench corpus build`` (see docs/bench-serving.md).
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -47,8 +46,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import typer
+
+from bench.commandline import benchmark_app, run_command
 from bench.common import CORPUS_PATH
 from bench.corpus.text import (
     FEATURE_KEYS,
@@ -470,27 +473,30 @@ def corpus_line(entry: dict[str, Any]) -> str:
     return json.dumps(entry, ensure_ascii=False)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--botocore-target", type=int, default=400, help="botocore tools to keep")
-    ap.add_argument("--botocore-data", help="botocore/data dir (default: find botocore)")
-    ap.add_argument("--max-depth", type=int, default=3, help="object nesting kept from shapes")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument(
-        "--mcp-pythonpath",
-        help="PYTHONPATH holding mcp-server-time/-git/-fetch (pip install --target DIR ...)",
-    )
-    ap.add_argument(
-        "--mcp-server",
-        action="append",
-        default=[],
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def build(
+    out: Path = typer.Option(DEFAULT_OUT),
+    botocore_target: int = typer.Option(400, help="botocore tools to keep"),
+    botocore_data: str | None = typer.Option(
+        None, help="botocore/data dir (default: find botocore)"
+    ),
+    max_depth: int = typer.Option(3, help="object nesting kept from shapes"),
+    seed: int = typer.Option(7),
+    mcp_pythonpath: str | None = typer.Option(
+        None, help="PYTHONPATH holding mcp-server-time/-git/-fetch (pip install --target DIR ...)"
+    ),
+    mcp_server: list[str] = typer.Option(
+        [],
         metavar="PKG=COMMAND",
         help="extra/override MCP server to list (stdio), e.g. mcp-server-time='python3 -m ...'",
-    )
-    ap.add_argument("--skip-mcp", action="store_true", help="keep MCP entries of --out as-is")
-    args = ap.parse_args(argv)
-
+    ),
+    skip_mcp: bool = typer.Option(False, "--skip-mcp", help="keep MCP entries of --out as-is"),
+) -> int:
+    """Rebuild the corpus."""
+    args = SimpleNamespace(**locals())
     rng = random.Random(args.seed)
     data_dir = botocore_data_dir(args.botocore_data)
     boto = select_botocore(botocore_candidates(data_dir, args.max_depth), args.botocore_target, rng)
@@ -515,3 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(stats, indent=2))
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)

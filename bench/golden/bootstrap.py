@@ -10,11 +10,14 @@ answer it gave. The agent reads the file with
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import typer
+
+from bench.commandline import benchmark_app, run_command
 from bench.golden.practice import practice_tasks
 from bench.golden.run import load
 from bench.golden.tasks import all_tasks
@@ -40,12 +43,24 @@ def examples(paths: list[Path]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("runs", type=Path, nargs="+", help="practice result folders")
-    ap.add_argument("--out", type=Path, required=True)
-    args = ap.parse_args(argv)
+app = benchmark_app(__doc__)
+
+
+@app.command()
+def bootstrap(
+    runs: list[Path] = typer.Argument(..., help="practice result folders"),
+    out: Path = typer.Option(..., "--out"),
+) -> int:
+    args = SimpleNamespace(**locals())
     chosen = examples(args.runs)
     args.out.write_text(json.dumps(chosen, indent=2, ensure_ascii=False) + "\n")
     print(f"{len(chosen)} examples -> {args.out}")
     return 0 if chosen else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,7 +10,6 @@ writes ``results.json`` + ``results.md`` under --out (default bench/results/gold
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -22,8 +21,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Literal
 
+import typer
+
+from bench.commandline import benchmark_app, run_command
 from bench.golden import checks as c
 from bench.golden.practice import practice_tasks
 from bench.golden.tasks import HERE, Task, all_tasks
@@ -484,23 +487,33 @@ def write_report(out_dir: Path, results: list[TaskResult], base_url: str) -> str
     return table
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument(
-        "--base-url", default=os.environ.get("LOOPSTACK_BASE_URL", "http://127.0.0.1:8000/v1")
-    )
-    ap.add_argument("--api-key", default=os.environ.get("LOOPSTACK_API_KEY", "test-key-123"))
-    ap.add_argument("--fast", action="store_true", help="only the fast subset")
-    ap.add_argument("--set", choices=tuple(SETS), default="golden")
-    ap.add_argument(
-        "--plan", choices=("auto", "always", "never"), help="LOOPSTACK_AGENT_PLAN for every run"
-    )
-    ap.add_argument("--tasks", default="", help="comma-separated task ids")
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--recheck", type=Path, help="judge a recorded run again; no model calls")
-    ap.add_argument("--spread", type=Path, nargs="+", help="compare several recorded runs")
-    args = ap.parse_args(argv)
+app = benchmark_app(__doc__)
+
+
+@app.command()
+def golden(
+    base_url: str = typer.Option(
+        "http://127.0.0.1:8000/v1", envvar="LOOPSTACK_BASE_URL", show_envvar=False
+    ),
+    api_key: str = typer.Option("test-key-123", envvar="LOOPSTACK_API_KEY", show_envvar=False),
+    fast: bool = typer.Option(False, "--fast", help="only the fast subset"),
+    set_: str = typer.Option("golden", "--set", help=f"the task set: {', '.join(SETS)}"),
+    plan: Literal["auto", "always", "never"] | None = typer.Option(
+        None, help="LOOPSTACK_AGENT_PLAN for every run"
+    ),
+    tasks: str = typer.Option("", help="comma-separated task ids"),
+    concurrency: int = typer.Option(4),
+    out: Path | None = typer.Option(None),
+    recheck: Path | None = typer.Option(None, help="judge a recorded run again; no model calls"),
+    spread: list[Path] | None = typer.Option(None, help="compare several recorded runs"),
+) -> int:
+    return _command(SimpleNamespace(**locals()))
+
+
+def _command(args: SimpleNamespace) -> int:
+    args.set = args.set_
+    if args.set not in SETS:
+        raise typer.BadParameter(f"--set: one of {', '.join(SETS)}, not {args.set!r}")
     if args.spread:
         print(spread(args.spread))
         return 0
@@ -527,3 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     print(write_report(out_dir, results, args.base_url))
     print(f"results: {out_dir / 'results.json'}")
     return 0 if results else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

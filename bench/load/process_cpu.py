@@ -9,15 +9,16 @@ command line (vLLM names its engine processes ``VLLM::EngineCore`` and ``VLLM::W
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import psutil
+import typer
+
+from bench.commandline import benchmark_app, run_command
 
 __all__ = ["diff", "kind", "snapshot"]
 
@@ -66,24 +67,27 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[tuple[int, str],
     return dict(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    snap = sub.add_parser("snapshot", help="print a JSON snapshot of these process trees")
-    snap.add_argument("pids", nargs="+", type=int)
-    d = sub.add_parser("diff", help="CPU seconds by process kind between two snapshots")
-    d.add_argument("before", type=Path)
-    d.add_argument("after", type=Path)
-    args = ap.parse_args(argv)
-    if args.cmd == "snapshot":
-        print(json.dumps(snapshot(args.pids)))
-        return 0
-    a, b = (json.loads(p.read_text()) for p in (args.before, args.after))
+app = benchmark_app(__doc__)
+
+
+@app.command("snapshot", help="print a JSON snapshot of these process trees")
+def snapshot_cmd(pids: list[int] = typer.Argument(...)) -> int:
+    print(json.dumps(snapshot(pids)))
+    return 0
+
+
+@app.command("diff", help="CPU seconds by process kind between two snapshots")
+def diff_cmd(before: Path = typer.Argument(...), after: Path = typer.Argument(...)) -> int:
+    a, b = (json.loads(p.read_text()) for p in (before, after))
     print(f"window {b['t'] - a['t']:.0f} s")
     for (root, name), cpu in sorted(diff(a, b).items()):
         print(f"{root:>8} {name:16} {cpu:8.1f} CPU-s")
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

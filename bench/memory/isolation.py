@@ -11,7 +11,6 @@ injected ones. Exits non-zero on the first foreign record.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -21,6 +20,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import typer
+
+from bench.commandline import benchmark_app, run_command
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -70,11 +73,22 @@ async def run(users: int, per_user: int, queries: int, seed: int) -> dict[str, o
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--users", type=int, default=100)
-    ap.add_argument("--per-user", type=int, default=50)
-    ap.add_argument("--queries", type=int, default=10_000)
-    ap.add_argument("--seed", type=int, default=11)
-    a = ap.parse_args()
-    print("RESULT " + json.dumps(asyncio.run(run(a.users, a.per_user, a.queries, a.seed))))
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def isolation(
+    users: int = typer.Option(100),
+    per_user: int = typer.Option(50),
+    queries: int = typer.Option(10_000),
+    seed: int = typer.Option(11),
+) -> None:
+    print("RESULT " + json.dumps(asyncio.run(run(users, per_user, queries, seed))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

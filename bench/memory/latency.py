@@ -20,7 +20,7 @@ What it does, honestly:
 
 from __future__ import annotations
 
-import argparse
+import asyncio
 import json
 import os
 import random
@@ -29,9 +29,13 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import typer
+
+from bench.commandline import benchmark_app, run_command
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -191,16 +195,23 @@ async def measure_writes(emb: MiniLMEmbedder, workdir: Path, texts: list[str]) -
     }
 
 
-async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    ap.add_argument("--real", type=int, default=10_000, help="texts embedded for real")
-    ap.add_argument("--queries", type=int, default=400)
-    ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--hnsw-threshold", type=int, default=MemorySettings().hnsw_threshold)
-    ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--skip-writes", action="store_true")
-    args = ap.parse_args()
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def latency(
+    sizes: list[int] = typer.Option([10_000, 100_000, 1_000_000]),
+    real: int = typer.Option(10_000, help="texts embedded for real"),
+    queries: int = typer.Option(400),
+    warmup: int = typer.Option(30),
+    hnsw_threshold: int = typer.Option(MemorySettings().hnsw_threshold),
+    workdir: Path | None = typer.Option(None),
+    skip_writes: bool = typer.Option(False, "--skip-writes"),
+) -> None:
+    asyncio.run(measure(SimpleNamespace(**locals())))
+
+
+async def measure(args: SimpleNamespace) -> None:
 
     emb = MiniLMEmbedder()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="memory-bench-"))
@@ -239,3 +250,11 @@ async def main() -> None:
         for f in workdir.glob(f"store-{n}.db*"):
             f.unlink(missing_ok=True)
     print("RESULT " + json.dumps(results))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

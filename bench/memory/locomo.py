@@ -24,7 +24,6 @@ Protocol:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -35,7 +34,12 @@ import time
 import zipfile
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import typer
+
+from bench.commandline import benchmark_app, run_command
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -82,7 +86,7 @@ def turns_of(conv: dict[str, Any]) -> list[tuple[str, str, float]]:
     return out
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: SimpleNamespace) -> dict[str, Any]:
     emb = MiniLMEmbedder()
     settings = MemorySettings(vector_k=args.depth, keyword_k=args.depth, persist_every=10**9)
     if args.pure:
@@ -153,17 +157,29 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=DATA, help="path to locomo10.zip")
-    ap.add_argument("--limit", type=int, default=10, help="conversations to use (max 10)")
-    ap.add_argument("--depth", type=int, default=24, help="vector_k and keyword_k")
-    ap.add_argument(
-        "--pure", action="store_true", help="rank by relevance only (no importance/freshness)"
-    )
-    args = ap.parse_args()
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def locomo(
+    data: Path = typer.Option(DATA, help="path to locomo10.zip"),
+    limit: int = typer.Option(10, help="conversations to use (max 10)"),
+    depth: int = typer.Option(24, help="vector_k and keyword_k"),
+    pure: bool = typer.Option(
+        False, "--pure", help="rank by relevance only (no importance/freshness)"
+    ),
+) -> None:
+    args = SimpleNamespace(**locals())
     out = asyncio.run(run(args))
     print(f"{'mode':8s} " + " ".join(f"{k:>9s}" for k in out["results"]["hybrid"]))
     for mode, row in out["results"].items():
         print(f"{mode:8s} " + " ".join(f"{v:9.3f}" for v in row.values()))
     print("RESULT " + json.dumps(out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,7 +23,6 @@ The default is chosen by the rule ``RULE`` (printed with the figures).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -32,7 +31,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import typer
+
+from bench.commandline import benchmark_app, run_command
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -102,7 +106,7 @@ async def embed_timed(emb: Embedder, texts: list[str]) -> tuple[Vectors, float]:
 
 
 async def run_model(
-    name: str, facts: list[dict[str, str]], args: argparse.Namespace
+    name: str, facts: list[dict[str, str]], args: SimpleNamespace
 ) -> dict[str, Any]:
     emb = make(name)
     half = args.real // 2
@@ -179,14 +183,18 @@ def choose(results: list[dict[str, Any]]) -> str | None:
     return str(min(near, key=lambda r: r["recall_ms"]["p99"])["model"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["minilm", "e5"])
-    ap.add_argument("--n", type=int, default=20_000, help="records per store (facts included)")
-    ap.add_argument("--real", type=int, default=2_000, help="filler texts embedded for real")
-    ap.add_argument("--limit", type=int, default=0, help="use only the first N facts (0: all)")
-    ap.add_argument("--out", type=Path, default=None, help="folder for results.json")
-    args = ap.parse_args(argv)
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def multilingual(
+    models: list[str] = typer.Option(["minilm", "e5"]),
+    n: int = typer.Option(20_000, help="records per store (facts included)"),
+    real: int = typer.Option(2_000, help="filler texts embedded for real"),
+    limit: int = typer.Option(0, help="use only the first N facts (0: all)"),
+    out: Path | None = typer.Option(None, help="folder for results.json"),
+) -> int:
+    args = SimpleNamespace(**locals())
     facts = json.loads(DATA.read_text(encoding="utf-8"))["facts"]
     if args.limit:
         facts = facts[: args.limit]
@@ -218,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         (args.out / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
 
 
 if __name__ == "__main__":

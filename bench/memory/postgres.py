@@ -25,7 +25,6 @@ JSON figures.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing as mp
@@ -38,7 +37,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import typer
+
+from bench.commandline import benchmark_app, run_command
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -77,7 +81,7 @@ async def _one_batch(location: str, workdir: Path, texts: list[str]) -> dict[str
     }
 
 
-async def add_many(args: argparse.Namespace, pg: LocalPostgres, workdir: Path) -> dict[str, Any]:
+async def add_many(args: SimpleNamespace, pg: LocalPostgres, workdir: Path) -> dict[str, Any]:
     texts = synth_texts(args.large, seed=3)
     out: dict[str, Any] = {}
     for backend in args.backends:
@@ -114,7 +118,7 @@ def _reader_proc(url: str, workdir: str, n: int, q: Any, ready: Any) -> None:
     asyncio.run(run())
 
 
-async def lag(args: argparse.Namespace, pg: LocalPostgres, workdir: Path) -> dict[str, Any]:
+async def lag(args: SimpleNamespace, pg: LocalPostgres, workdir: Path) -> dict[str, Any]:
     url = pg.new_database()
     ctx = mp.get_context("spawn")
     q, ready = ctx.Queue(), ctx.Event()
@@ -250,7 +254,7 @@ def _servers(
     }
 
 
-async def recall(args: argparse.Namespace, pg: LocalPostgres, workdir: Path) -> dict[str, Any]:
+async def recall(args: SimpleNamespace, pg: LocalPostgres, workdir: Path) -> dict[str, Any]:
     rng = random.Random(2)
     queries = [fill(rng.choice(QUESTIONS), rng) for _ in range(args.queries + 20 * args.servers)]
     out: dict[str, Any] = {"records": args.records}
@@ -268,31 +272,47 @@ async def recall(args: argparse.Namespace, pg: LocalPostgres, workdir: Path) -> 
     return out
 
 
-async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("add-many")
-    a.add_argument("--small", type=int, default=500)
-    a.add_argument("--large", type=int, default=20_000)
-    a.add_argument("--pg-large", type=int, default=20_000, help="the large batch on Postgres")
-    a.add_argument("--backends", nargs="+", default=["sqlite", "postgres"])
-    lg = sub.add_parser("lag")
-    lg.add_argument("--writes", type=int, default=200)
-    lg.add_argument("--gap-s", type=float, default=0.05)
-    r = sub.add_parser("recall")
-    r.add_argument("--records", type=int, default=100_000)
-    r.add_argument("--servers", type=int, default=4)
-    r.add_argument("--queries", type=int, default=800, help="in all, split over the servers")
-    r.add_argument("--backends", nargs="+", default=["postgres", "sqlite"])
-    r.add_argument("--prebuilt", action="store_true", help="servers copy the loader's replica")
-    args = ap.parse_args()
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command("add-many")
+def add_many_cmd(
+    small: int = typer.Option(500),
+    large: int = typer.Option(20_000),
+    pg_large: int = typer.Option(20_000, help="the large batch on Postgres"),
+    backends: list[str] = typer.Option(["sqlite", "postgres"]),
+) -> None:
+    asyncio.run(_run("add-many", SimpleNamespace(**locals())))
+
+
+@app.command("lag")
+def lag_cmd(writes: int = typer.Option(200), gap_s: float = typer.Option(0.05)) -> None:
+    asyncio.run(_run("lag", SimpleNamespace(**locals())))
+
+
+@app.command("recall")
+def recall_cmd(
+    records: int = typer.Option(100_000),
+    servers: int = typer.Option(4),
+    queries: int = typer.Option(800, help="in all, split over the servers"),
+    backends: list[str] = typer.Option(["postgres", "sqlite"]),
+    prebuilt: bool = typer.Option(False, "--prebuilt", help="servers copy the loader's replica"),
+) -> None:
+    asyncio.run(_run("recall", SimpleNamespace(**locals())))
+
+
+async def _run(cmd: str, args: SimpleNamespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="memory-pg-bench-"))
-    fn = {"add-many": add_many, "lag": lag, "recall": recall}[args.cmd]
+    fn = {"add-many": add_many, "lag": lag, "recall": recall}[cmd]
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}", flush=True)
     with LocalPostgres() as pg:
         res = await fn(args, pg, workdir)
-    print("RESULT " + json.dumps({args.cmd: res}))
+    print("RESULT " + json.dumps({cmd: res}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    raise SystemExit(main())

@@ -21,14 +21,17 @@ and every tool's arguments regex into the Outlines index).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import resource
 import statistics
 import time
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Literal
 
+import typer
+
+from bench.commandline import benchmark_app, run_command
 from bench.common import CORPUS_PATH
 from serving.constraint.regexes import AutomatonProbe, RegexSchemas
 from serving.constraint.schema_regex import arguments_regex, compile_schema, name_regex
@@ -37,15 +40,22 @@ from serving.exceptions import InvalidRequest
 CORPUS = CORPUS_PATH
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--limit", type=int, default=40, help="entries (with --states 0 = all)")
-    ap.add_argument("--model-path", default=None, help="HF folder (default: offline model)")
-    ap.add_argument("--single", action="store_true", help="only the tool, no distractors")
-    ap.add_argument("--states", action="store_true", help="admission only: regex and states")
-    ap.add_argument("--backend", choices=["xgrammar", "guidance", "outlines"], default=None)
-    ap.add_argument("--tools", type=int, default=30, help="with --backend: tools in the set")
-    args = ap.parse_args()
+app = benchmark_app(__doc__)
+
+
+@app.command()
+def constraint_compile(
+    limit: int = typer.Option(40, help="entries (with --states 0 = all)"),
+    model_path: str | None = typer.Option(None, help="HF folder (default: offline model)"),
+    single: bool = typer.Option(False, "--single", help="only the tool, no distractors"),
+    states: bool = typer.Option(False, "--states", help="admission only: regex and states"),
+    backend: Literal["xgrammar", "guidance", "outlines"] | None = typer.Option(None),
+    tools: int = typer.Option(30, help="with --backend: tools in the set"),
+) -> None:
+    return _command(SimpleNamespace(**locals()))
+
+
+def _command(args: SimpleNamespace) -> None:
     if args.backend:
         toolset(args.backend, args.tools, args.model_path)
         return
@@ -158,3 +168,11 @@ async def states(limit: int) -> None:
     )
     for name, message in refused:
         print(f"  refused {name}: {message}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,13 +15,17 @@ tokens - 1) / (end - first token); completion tokens come from ``usage``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Literal
 
+import typer
+
+from bench.commandline import benchmark_app, run_command
 from bench.common import (
     CORPUS_PATH,
     DEFAULT_BASE_URL,
@@ -131,7 +135,7 @@ def result_json(r: StreamResult) -> JSON:
     }
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: SimpleNamespace) -> int:
     corpus = load_corpus(Path(args.corpus))
     index = tool_index(corpus)
     if (connected := await connect(args.base_url, args.api_key, args.timeout, args.model)) is None:
@@ -212,30 +216,36 @@ async def run(args: argparse.Namespace) -> int:
     return finish(args, "constraint_cost", extra, {"summary": summary, "pairs": pairs}, transport)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    ap.add_argument("--api-key", default="EMPTY")
-    ap.add_argument("--model", help="default: first model from /v1/models")
-    ap.add_argument("--corpus", default=str(CORPUS_PATH))
-    ap.add_argument("--tool-prompts", type=int, default=20)
-    ap.add_argument("--rf-prompts", type=int, default=8)
-    ap.add_argument("--rf-unconstrained", choices=("flag", "drop"), default="flag")
-    ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--concurrency", type=int, default=1, help="pairs in flight")
-    ap.add_argument("--warmup", type=int, default=1, help="1: one unrecorded pair first")
-    ap.add_argument(
-        "--prime",
-        type=int,
-        default=1,
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def options(
+    base_url: str = typer.Option(DEFAULT_BASE_URL),
+    api_key: str = typer.Option("EMPTY"),
+    model: str | None = typer.Option(None, help="default: first model from /v1/models"),
+    corpus: str = typer.Option(str(CORPUS_PATH)),
+    tool_prompts: int = typer.Option(20),
+    rf_prompts: int = typer.Option(8),
+    rf_unconstrained: Literal["flag", "drop"] = typer.Option("flag"),
+    max_tokens: int = typer.Option(96),
+    concurrency: int = typer.Option(1, help="pairs in flight"),
+    warmup: int = typer.Option(1, help="1: one unrecorded pair first"),
+    prime: int = typer.Option(
+        1,
         help="1: send each constrained request once, unrecorded, before its pair, so the "
         "figures are steady-state decoding, not first-use grammar compilation "
         "(measured separately by bench.serving.constraint_compile)",
-    )
-    ap.add_argument("--timeout", type=float, default=600.0)
-    ap.add_argument("--out")
-    return ap.parse_args(argv)
+    ),
+    timeout: float = typer.Option(600.0),
+    out: str | None = typer.Option(None),
+) -> int:
+    return asyncio.run(run(SimpleNamespace(**locals())))
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,13 +16,15 @@ lag (a 5 ms ticker runs beside the work) and the work's own time:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import regex
+import typer
 from jsonschema import Draft202012Validator
 
+from bench.commandline import benchmark_app, run_command
 from bench.serving.hostile import BACKTRACKING_PATTERN as PATTERN
 from bench.serving.hostile import call_like_text, defs_chain, loop_lag
 from serving.constraint.calltext import CallReader
@@ -93,10 +95,23 @@ async def measure_all(baseline_chars: int, chars: int, re_len: int) -> None:
     cache.close()
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--baseline-chars", type=int, default=8_000)
-    ap.add_argument("--chars", type=int, default=32_000)
-    ap.add_argument("--re-len", type=int, default=28)
-    args = ap.parse_args(argv)
+app = benchmark_app(__doc__.split("\n")[0])
+
+
+@app.command()
+def loop_safety(
+    baseline_chars: int = typer.Option(8_000),
+    chars: int = typer.Option(32_000),
+    re_len: int = typer.Option(28),
+) -> int:
+    args = SimpleNamespace(**locals())
     asyncio.run(measure_all(args.baseline_chars, args.chars, args.re_len))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

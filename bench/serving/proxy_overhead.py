@@ -14,11 +14,14 @@ p50/p90, and the ratios ours/raw.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
+from types import SimpleNamespace
 
+import typer
+
+from bench.commandline import benchmark_app, run_command
 from bench.common import (
     JSON,
     StreamResult,
@@ -101,7 +104,7 @@ def req_json(r: StreamResult) -> JSON:
     }
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: SimpleNamespace) -> int:
     clients = {
         "ours": make_client(args.ours, args.api_key, args.timeout),
         "raw": make_client(args.raw, args.raw_api_key or args.api_key, args.timeout),
@@ -203,25 +206,33 @@ async def run(args: argparse.Namespace) -> int:
     return finish(args, "proxy_overhead", extra, payload, transport)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ours", default="http://127.0.0.1:8000/v1")
-    ap.add_argument("--raw", default="http://127.0.0.1:8001/v1")
-    ap.add_argument("--api-key", default="EMPTY")
-    ap.add_argument("--raw-api-key", help="default: --api-key")
-    ap.add_argument("--model-ours", help="default: first model from ours /v1/models")
-    ap.add_argument("--model-raw", help="default: first model from raw /v1/models")
-    ap.add_argument("--concurrency", default="1,8", help="comma-separated levels")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds per level and target")
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument(
-        "--no-ignore-eos", dest="ignore_eos", action="store_false", help="do not send ignore_eos"
-    )
-    ap.add_argument("--warmup", type=int, default=1, help="1: one unrecorded request each")
-    ap.add_argument("--timeout", type=float, default=600.0)
-    ap.add_argument("--out")
-    return ap.parse_args(argv)
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def options(
+    ours: str = typer.Option("http://127.0.0.1:8000/v1"),
+    raw: str = typer.Option("http://127.0.0.1:8001/v1"),
+    api_key: str = typer.Option("EMPTY"),
+    raw_api_key: str | None = typer.Option(None, help="default: --api-key"),
+    model_ours: str | None = typer.Option(None, help="default: first model from ours /v1/models"),
+    model_raw: str | None = typer.Option(None, help="default: first model from raw /v1/models"),
+    concurrency: str = typer.Option("1,8", help="comma-separated levels"),
+    rounds: int = typer.Option(4, help="rounds per level and target"),
+    max_tokens: int = typer.Option(64),
+    ignore_eos: bool = typer.Option(
+        True, "--ignore-eos/--no-ignore-eos", help="--no-ignore-eos: do not send ignore_eos"
+    ),
+    warmup: int = typer.Option(1, help="1: one unrecorded request each"),
+    timeout: float = typer.Option(600.0),
+    out: str | None = typer.Option(None),
+) -> int:
+    return asyncio.run(run(SimpleNamespace(**locals())))
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

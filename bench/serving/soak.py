@@ -17,17 +17,20 @@ Loopback only; bounded in count (the arguments) and in time (`--timeout` per pha
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlparse
 
 import httpx
+import typer
+
+from bench.commandline import benchmark_app, run_command
 
 GAUGES = (
     "loopstack_requests_running",
@@ -210,7 +213,7 @@ async def sampler(client: httpx.AsyncClient, into: list[dict[str, float]], stop:
             pass
 
 
-async def run(args: argparse.Namespace) -> Report:
+async def run(args: SimpleNamespace) -> Report:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     # below uvicorn's default 5 s keep-alive (vLLM's; loopstack keeps 75 s): a pooled connection
     # the server is closing would fail the request without a response (a false server error)
@@ -289,23 +292,27 @@ async def run(args: argparse.Namespace) -> Report:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--base-url", default="http://127.0.0.1:8000")
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--model", default=None)
-    p.add_argument("--streams", type=int, default=64)
-    p.add_argument("--disconnect", type=int, default=16, help="streams that leave mid-way")
-    p.add_argument("--max-tokens", type=int, default=24)
-    p.add_argument("--burst", type=int, default=48, help="requests at once, no retries")
-    p.add_argument("--burst-tokens", type=int, default=8)
-    p.add_argument("--timeout", type=float, default=600, help="seconds per phase")
-    p.add_argument("--settle-timeout", type=float, default=60)
-    p.add_argument("--server-pid", type=int, default=None)
-    args = p.parse_args(argv)
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def soak(
+    base_url: str = typer.Option("http://127.0.0.1:8000"),
+    api_key: str | None = typer.Option(None),
+    model: str | None = typer.Option(None),
+    streams: int = typer.Option(64),
+    disconnect: int = typer.Option(16, help="streams that leave mid-way"),
+    max_tokens: int = typer.Option(24),
+    burst: int = typer.Option(48, help="requests at once, no retries"),
+    burst_tokens: int = typer.Option(8),
+    timeout: float = typer.Option(600, help="seconds per phase"),
+    settle_timeout: float = typer.Option(60),
+    server_pid: int | None = typer.Option(None),
+) -> int:
+    args = SimpleNamespace(**locals())
     host = urlparse(args.base_url).hostname
     if host not in {"127.0.0.1", "localhost", "::1"}:
-        p.error("the soak bench runs against a loopback server only")
+        raise typer.BadParameter("the soak bench runs against a loopback server only")
     args.base_url = args.base_url.rstrip("/").removesuffix("/v1")
     figures = summarize(asyncio.run(run(args)))
     print(json.dumps(figures, indent=2))
@@ -317,3 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         == phases.get("burst", {}).get("429_with_retry_after", 0)
     )
     return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

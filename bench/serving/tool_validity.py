@@ -16,7 +16,6 @@ no field for the switch, so it runs the constrained arm only.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -24,10 +23,13 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
+import typer
 
+from bench.commandline import benchmark_app, parse_command
 from bench.common import (
     CORPUS_PATH,
     DEFAULT_BASE_URL,
@@ -211,7 +213,7 @@ def print_summary(summary: JSON) -> None:
                 print(f"errors {mode}/{arm}: {s['error_messages']}")
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: SimpleNamespace) -> int:
     corpus = load_corpus(Path(args.corpus))
     index = tool_index(corpus)
     schemas = {name: tool["function"]["parameters"] for name, tool in index.items()}
@@ -294,34 +296,41 @@ async def run(args: argparse.Namespace) -> int:
     return finish(args, "tool_validity", extra, results, transport)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    ap.add_argument("--api-key", default="EMPTY")
-    ap.add_argument("--model", help="default: first model from /v1/models")
-    ap.add_argument("--corpus", default=str(CORPUS_PATH))
-    ap.add_argument("--limit", type=int, default=0, help="entries, spread over the corpus")
-    ap.add_argument(
-        "--merge", nargs="+", metavar="JSON",
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def options(
+    base_url: str = typer.Option(DEFAULT_BASE_URL),
+    api_key: str = typer.Option("EMPTY"),
+    model: str | None = typer.Option(None, help="default: first model from /v1/models"),
+    corpus: str = typer.Option(str(CORPUS_PATH)),
+    limit: int = typer.Option(0, help="entries, spread over the corpus"),
+    merge: list[str] | None = typer.Option(
+        None,
+        metavar="JSON",
         help="no requests: summarize the first results file with records replaced by later "
         "files' (a --ids re-run)",
-    )  # fmt: skip
-    ap.add_argument("--ids", help="file of entry ids (whitespace-separated): only these")
-    ap.add_argument("--modes", default="required,named,auto")
-    ap.add_argument("--arms", default="constrained,unconstrained")
-    ap.add_argument(
-        "--api", default="chat",
+    ),
+    ids: str | None = typer.Option(
+        None, help="file of entry ids (whitespace-separated): only these"
+    ),
+    modes: str = typer.Option("required,named,auto"),
+    arms: str = typer.Option("constrained,unconstrained"),
+    api: str = typer.Option(
+        "chat",
         help="chat, responses, messages, or a comma list: the wire API(s) each request goes "
         "through (messages: constrained arm only)",
-    )  # fmt: skip
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
-    ap.add_argument("--progress", type=int, default=20, help="print every N requests; 0 off")
-    ap.add_argument("--out", help="write summary and per-request records as JSON")
-    args = ap.parse_args(argv)
+    ),
+    concurrency: int = typer.Option(8),
+    max_tokens: int = typer.Option(256),
+    temperature: float = typer.Option(0.0),
+    seed: int | None = typer.Option(None),
+    timeout: float = typer.Option(600.0, help="per request, seconds"),
+    progress: int = typer.Option(20, help="print every N requests; 0 off"),
+    out: str | None = typer.Option(None, help="write summary and per-request records as JSON"),
+) -> SimpleNamespace:
+    args = SimpleNamespace(**locals())
     if args.ids:
         args.ids = sorted(set(Path(args.ids).read_text().split()))
     return args
@@ -347,8 +356,19 @@ def merge(paths: list[str], out: str | None) -> int:
     return 0
 
 
+def parse_args(argv: list[str] | None = None) -> SimpleNamespace:
+    return cast(SimpleNamespace, parse_command(app, argv))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
     if args.merge:
         return merge(args.merge, args.out)
     return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,17 +22,19 @@ grammar its calls do not parse and its tasks end early); the twin is.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import secrets
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
+import typer
 
+from bench.commandline import benchmark_app, run_command
 from bench.common import CORPUS_PATH, bootstrap_ratio
 
 CORPUS = CORPUS_PATH
@@ -152,16 +154,23 @@ def corpus_tools(n: int, suffix: str) -> list[Any]:
     return tools
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--base-url", default="http://127.0.0.1:8000", help="no /v1")
-    ap.add_argument("--api-key", default="EMPTY")
-    ap.add_argument("--turns", type=int, default=2, help="turns per mode")
-    ap.add_argument("--cold", type=int, default=2, help="cold/warm pairs")
-    ap.add_argument("--tools", type=int, default=3, help="corpus tools beside get_weather")
-    ap.add_argument("--twins", type=int, default=0, help="warm step vs twin: pairs per agent")
-    ap.add_argument("--agents", default="1", help="twins: sequences at once, comma-separated")
-    args = ap.parse_args()
+app = benchmark_app(__doc__)
+
+
+@app.command()
+def turn_requests(
+    base_url: str = typer.Option("http://127.0.0.1:8000", help="no /v1"),
+    api_key: str = typer.Option("EMPTY"),
+    turns: int = typer.Option(2, help="turns per mode"),
+    cold: int = typer.Option(2, help="cold/warm pairs"),
+    tools: int = typer.Option(3, help="corpus tools beside get_weather"),
+    twins: int = typer.Option(0, help="warm step vs twin: pairs per agent"),
+    agents: str = typer.Option("1", help="twins: sequences at once, comma-separated"),
+) -> None:
+    return _command(SimpleNamespace(**locals()))
+
+
+def _command(args: SimpleNamespace) -> None:
     headers = {"Authorization": f"Bearer {args.api_key}"}
     with httpx.Client(base_url=args.base_url, headers=headers, timeout=600) as client:
         model = client.get("/v1/models").json()["data"][0]["id"]
@@ -206,3 +215,11 @@ def twin_line(t: dict[str, Any]) -> str:
         f"{t['ratio_of_medians']:.3f} (95 % CI {ci_lo:.3f}-{ci_hi:.3f}), paired {mid:.3f} "
         f"({lo:.3f}-{hi:.3f})"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

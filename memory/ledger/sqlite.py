@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 
 from memory.embedding import Vectors
-from memory.exceptions import LedgerError
+from memory.exceptions import LedgerBusyError, LedgerError, LedgerLockedError
 from memory.ledger.common import SqlLedger, SqlTx
 from memory.ledger.rows import (
     COLUMNS,
@@ -48,7 +48,15 @@ from memory.ledger.schema import EVENTS, META, create_indexes, create_table, tab
 from memory.pipeline import doc_terms
 from memory.records import Record, Scope
 
-__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "SqliteLedger", "SqliteTx", "scope_token"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "SqliteLedger",
+    "SqliteTx",
+    "ledger_error",
+    "scope_token",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +121,23 @@ def _statements(script: str) -> list[str]:
     return out
 
 
+#: The ledger error for each of SQLite's primary result codes that has a type of its own.
+_BY_CODE: dict[int, type[LedgerError]] = {
+    sqlite3.SQLITE_BUSY: LedgerBusyError,
+    sqlite3.SQLITE_LOCKED: LedgerLockedError,
+}
+_CONTENTION = (LedgerBusyError, LedgerLockedError)
+
+
+def ledger_error(exc: sqlite3.Error, prefix: str = "") -> LedgerError:
+    """``exc`` as a ledger error, typed by SQLite's result code (``sqlite_errorcode``; its
+    low byte is the primary code, so ``SQLITE_BUSY_SNAPSHOT`` is a busy error too), never by
+    the text of its message."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    kind = _BY_CODE.get(code & 0xFF, LedgerError) if isinstance(code, int) else LedgerError
+    return kind(f"{prefix}{exc}")
+
+
 def scope_token(user_id: str) -> str:
     """An FTS token that stands for the user, so keyword recall intersects with it."""
     return "u" + uuid.uuid5(uuid.NAMESPACE_URL, "loopstack-user:" + user_id).hex
@@ -136,7 +161,7 @@ class SqliteLedger(SqlLedger):
             self._open_schema()
             self._build_user_terms()
         except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
+            raise ledger_error(exc, f"cannot open ledger {self.path}: ") from exc
 
     def _open_schema(self) -> None:
         """Create a new file's tables, or bring an older file's to :data:`SCHEMA_VERSION`
@@ -163,16 +188,16 @@ class SqliteLedger(SqlLedger):
         conn = sqlite3.connect(
             self.path, timeout=30.0, isolation_level=None, check_same_thread=False
         )
-        # Switching a new file to WAL while another process holds it answers "database is
-        # locked" at once, without SQLite's busy handler (two processes opening one new store
-        # together): retried for as long as the busy timeout would have waited.
+        # Switching a new file to WAL while another process holds it answers SQLITE_BUSY
+        # ("database is locked") at once, without SQLite's busy handler (two processes opening
+        # one new store together): retried for as long as the busy timeout would have waited.
         deadline = time.monotonic() + 30.0
         while True:
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 break
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if not isinstance(ledger_error(exc), _CONTENTION) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
         conn.execute("PRAGMA synchronous=FULL")
@@ -379,7 +404,7 @@ class _Transaction:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             self._lock.release()
-            raise LedgerError(f"cannot start a write: {exc}") from exc
+            raise ledger_error(exc, "cannot start a write: ") from exc
         return SqliteTx(self._conn.cursor())
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -391,4 +416,4 @@ class _Transaction:
         finally:
             self._lock.release()
         if isinstance(exc, sqlite3.Error):
-            raise LedgerError(str(exc)) from exc
+            raise ledger_error(exc) from exc

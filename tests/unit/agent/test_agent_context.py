@@ -93,7 +93,7 @@ def test_token_count_uses_last_usage_plus_new_messages() -> None:
 
 def test_the_final_answer_prompt_points_at_remembered_facts() -> None:
     from agent.run.answer import _prompt
-    from memory.pipeline import BLOCK_FOOTER, BLOCK_HEADER
+    from memory import BLOCK_FOOTER, BLOCK_HEADER
 
     state = AgentState(goal="What is my favourite city?")
     plain = _prompt(state, "no_progress")[1]["content"]

@@ -85,3 +85,73 @@ def test_imports_only_run_down_the_layers() -> None:
 def test_memory_and_serving_never_import_agent() -> None:
     for package in ("memory", "serving"):
         assert not any(_imports(ROOT / package).values()), package
+
+
+def _public(package: Path) -> set[str]:
+    """A package's ``__all__``, read from its ``__init__.py`` without importing it."""
+    tree = ast.parse((package / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError(f"{package} has no __all__")
+
+
+def _memory_imports(package: Path) -> list[tuple[str, str]]:
+    """(file, what) for every import of memory in ``package``: ``memory.x`` for a
+    submodule, ``memory:Name`` for a name taken from the package."""
+    found = []
+    for path in package.rglob("*.py"):
+        name = str(path.relative_to(package.parent))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == "memory":
+                    found += [(name, f"memory:{a.name}") for a in node.names]
+                elif node.module.startswith("memory."):
+                    found.append((name, node.module))
+            elif isinstance(node, ast.Import):
+                found += [(name, a.name) for a in node.names if a.name.split(".")[0] == "memory"]
+    return found
+
+
+def test_agent_imports_only_memorys_public_api() -> None:
+    """agent/ takes from memory only the names in ``memory.__all__``: no ``memory.<submodule>``
+    import (the shared text utilities are in the leaf ``loopstack.text``)."""
+    public = _public(ROOT / "memory")
+    found = _memory_imports(AGENT)
+    assert found, "agent uses memory: the walk must see its imports"
+    outside = [
+        (module, what)
+        for module, what in found
+        if not (what.startswith("memory:") and what.split(":")[1] in public)
+    ]
+    assert outside == []
+
+
+def test_the_walk_sees_a_submodule_import(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "from memory.language import estimate_tokens\nimport memory.store\nfrom memory import x\n"
+    )
+    whats = sorted(what for _, what in _memory_imports(tmp_path))
+    assert whats == ["memory.language", "memory.store", "memory:x"]
+
+
+def test_the_text_leaf_imports_no_package_of_the_stack() -> None:
+    """``loopstack.text`` is shared by memory and agent: importing it (and the ``loopstack``
+    package above it) loads nothing of agent, memory, serving or bench, so neither side
+    reaches into the other through it and no import circle can form."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, loopstack.text; "
+        "print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in {'agent', 'memory', 'serving', 'bench'} "
+        "or m.startswith(('loopstack.agent', 'loopstack.memory', 'loopstack.serving', "
+        "'loopstack.bench'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"

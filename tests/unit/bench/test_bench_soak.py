@@ -78,6 +78,6 @@ def test_summarize_flags_what_did_not_come_back() -> None:
     assert s["rss_delta_mib"] is None and s["peak_held"] == 0
 
 
-def test_refuses_a_remote_server() -> None:
-    with pytest.raises(SystemExit):
-        main(["--base-url", "http://example.com:8000"])
+def test_refuses_a_remote_server(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--base-url", "http://example.com:8000"]) == 2  # a usage error, as argparse's
+    assert "loopback server only" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from bench.golden import data as d
 from bench.golden import run as runner
 from bench.golden.tasks import HERE
 from bench.golden.tasks_multi import MultiTask, multi_tasks, team_zh_tasks
-from memory.language import mostly_chinese
+from loopstack.text import mostly_chinese
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 OVERLAYS = sorted(p for p in (K8S / "overlays").iterdir() if (p / "kustomization.yaml").is_file())
-# The overlays that ship the monitoring component (cpu-offline runs without Prometheus).
+# The overlays that ship the monitoring component (all of them: test_deploy_operations).
 MONITORED = [o for o in OVERLAYS if "/monitoring" in (o / "kustomization.yaml").read_text()]
 GPU_OVERLAYS = [o for o in OVERLAYS if o.name != "cpu-offline"]
 # GPU overlays whose engines share one ReadWriteMany weights volume (the others keep a copy

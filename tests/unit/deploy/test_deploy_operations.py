@@ -154,6 +154,15 @@ def monitors(docs: list[Doc]) -> list[Doc]:
     return [d for d in docs if d["kind"] in ("PodMonitor", "ServiceMonitor")]
 
 
+def test_every_overlay_is_monitored(rendered: dict[str, list[Doc]]) -> None:
+    """cpu-offline included: each overlay renders the PodMonitors and the PrometheusRule the
+    monitoring component ships (the checks below then run on each)."""
+    assert MONITORED == OVERLAYS
+    for overlay in OVERLAYS:
+        kinds = {d["kind"] for d in overlay_docs(rendered, overlay)}
+        assert {"PodMonitor", "PrometheusRule"} <= kinds, overlay.name
+
+
 @pytest.mark.parametrize("overlay", MONITORED, ids=lambda p: p.name)
 def test_prometheus_scrapes_vllm_the_router_and_the_layer(
     rendered: dict[str, list[Doc]], overlay: Path

@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.unit.deploy.conftest import DEPLOY, OVERLAYS, ROOT, Doc, containers, pod_specs
+from tests.unit.deploy.conftest import (
+    DEPLOY,
+    MONITORED,
+    OVERLAYS,
+    ROOT,
+    Doc,
+    containers,
+    pod_specs,
+)
 
 # ------------------------------------------------------------- Pod Security "restricted"
 # https://kubernetes.io/docs/concepts/security/pod-security-standards/ (restricted profile)
@@ -338,6 +347,19 @@ def test_network_policies_open_only_the_needed_paths(
     named = {"STRANGER": STRANGER, "OTHER_NS": OTHER_NS, "PROMETHEUS": PROMETHEUS,
              "INTERNET": INTERNET, "API_SERVER": API_SERVER, **pods}  # fmt: skip
     assert allowed(policies, named[src], named[dst], port) is expected
+
+
+@pytest.mark.parametrize("overlay", MONITORED, ids=lambda p: p.name)
+def test_prometheus_may_scrape_what_each_overlay_monitors(
+    rendered: dict[str, list[Doc]], overlay: Path
+) -> None:
+    """The PodMonitors are of use only if the NetworkPolicies let Prometheus in (cpu-offline,
+    whose policies differ from the base's, included)."""
+    docs = rendered[str(overlay.relative_to(ROOT))]
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    pods = pods_of(docs)
+    for name in ("vllm", "vllm-router", "loopstack"):
+        assert allowed(policies, PROMETHEUS, pods[name], 8000), name
 
 
 @pytest.mark.parametrize(

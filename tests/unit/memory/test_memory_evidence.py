@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from loopstack.text import mentions
 from memory import AsyncMemoryStore, Turn
-from memory.evidence import check, claims, mentions, perishable
+from memory.evidence import check, claims, perishable
 from memory.trust import provenance
 
 SALES = {

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from loopstack.text import estimate_tokens
 from memory import AsyncMemoryStore, Turn
-from memory.language import covers, estimate_tokens
+from memory.language import covers
 from memory.pipeline import type_for_task
 from memory.records import MemorySource, MemoryType
 from memory.writeback import correction, explicit_request, forget_request, plan_turn
@@ -224,6 +225,6 @@ def test_chinese_counts_more_than_a_quarter_token_per_character() -> None:
     ],
 )
 def test_mostly_chinese(text: str, chinese: bool) -> None:
-    from memory.language import mostly_chinese
+    from loopstack.text import mostly_chinese
 
     assert mostly_chinese(text) is chinese
