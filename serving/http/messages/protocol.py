@@ -4,8 +4,8 @@
 we act on a field and passed through otherwise (``extra="allow"``: ``thinking``,
 ``context_management`` and the other fields Claude Code sends are accepted and ignored).
 `to_chat` turns it into a `serving.protocol.ChatCompletionRequest`, so that admission, limits,
-the constraint backend and its guarantee, metrics and trace ids are the chat path's own code;
-`message_from_chat` turns the chat path's answer back into an Anthropic message.
+the constraint backend and its guarantee, metrics and trace ids are the chat path's own code.
+The answer back is `serving.http.messages.encoder`'s.
 
 What does not map is said, not refused: an image becomes a note in the text (the served model
 reads no images), a text ``document`` its title and text (a PDF one a note), a server tool
@@ -34,7 +34,6 @@ __all__ = [
     "ATTRIBUTION",
     "IMAGE_NOTE",
     "MessagesRequest",
-    "message_from_chat",
     "stop_reason",
     "strip_attribution",
     "to_chat",
@@ -366,41 +365,3 @@ def tool_input(arguments: str) -> Any:
     except ValueError:  # a call cut by max_tokens: its text, as far as it went
         return {"_truncated_arguments": arguments}
     return value if isinstance(value, dict) else {"value": value}
-
-
-def message_from_chat(
-    resp: dict[str, Any], *, model: str, stop_sequences: list[str] | None
-) -> dict[str, Any]:
-    """A whole chat completion (`serving.protocol.chat_response` or vLLM's) as a message."""
-    choice = (resp.get("choices") or [{}])[0]
-    msg = choice.get("message") or {}
-    content: list[dict[str, Any]] = []
-    text = msg.get("content")
-    if isinstance(text, str) and text.strip():
-        content.append({"type": "text", "text": text})
-    for call in msg.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        content.append(
-            {
-                "type": "tool_use",
-                "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
-                "name": fn.get("name", ""),
-                "input": tool_input(fn.get("arguments") or ""),
-            }
-        )
-    finish = choice.get("finish_reason")
-    if msg.get("tool_calls") and finish == "stop":
-        finish = "tool_calls"
-    reason, matched = stop_reason(finish, choice.get("stop_reason"), stop_sequences)
-    u = resp.get("usage") or {}
-    cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
-    return {
-        "id": message_id(),
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": reason,
-        "stop_sequence": matched,
-        "usage": usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0), cached),
-    }

@@ -13,7 +13,7 @@ Errors on these routes use Anthropic's envelope ``{"type": "error", "error": {"t
 ``/v1/messages`` path (the auth guard's 401 and 413, body validation, our own errors, the
 framework's 404/405, a 500) from the OpenAI body the rest of the app builds. Both of
 Anthropic's auth headers are taken (``x-api-key`` and ``Authorization: Bearer``: the guard in
-`serving.limits`), ``?beta=true`` and any ``anthropic-beta`` header are accepted.
+`serving.http.limits`), ``?beta=true`` and any ``anthropic-beta`` header are accepted.
 
 `install` is the one line `serving.http.app.build_app` calls.
 """

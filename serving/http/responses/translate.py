@@ -2,9 +2,8 @@
 
 `to_chat` turns a ``POST /v1/responses`` body (plus the history of its
 ``previous_response_id`` chain) into a `serving.protocol.ChatCompletionRequest`, which
-`serving.chat.ChatService` serves exactly as ``/v1/chat/completions``; `whole_response`
-turns the chat answer back into a Response object (the streamed form is
-`serving.http.responses.encoder`).
+the one pipeline serves exactly as ``/v1/chat/completions``; the answer back, whole or
+streamed, is `serving.http.responses.encoder`'s.
 
 What maps onto what:
 
@@ -50,10 +49,7 @@ from serving.http.responses.protocol import (
     ResponsesRequest,
     custom_call_item,
     function_call_item,
-    message_item,
     new_id,
-    response_object,
-    usage,
 )
 from serving.protocol import IMAGE_NOTE, ChatCompletionRequest
 
@@ -488,50 +484,8 @@ def custom_input(arguments: str) -> str:
     return arguments
 
 
-def chat_usage(raw: dict[str, Any] | None) -> dict[str, Any]:
-    raw = raw or {}
-    details = raw.get("prompt_tokens_details") or {}
-    return usage(
-        int(raw.get("prompt_tokens") or 0),
-        int(raw.get("completion_tokens") or 0),
-        details.get("cached_tokens"),
-    )
-
-
 def status_of(finish_reason: str | None) -> tuple[str, str | None]:
     """(status, incomplete reason) for a chat finish reason."""
     if finish_reason == "length":
         return "incomplete", "max_output_tokens"
     return "completed", None
-
-
-def whole_response(
-    req: ResponsesRequest, tr: Translated, chat: dict[str, Any], *, id_: str
-) -> dict[str, Any]:
-    """The Response object of a whole (not streamed) chat answer."""
-    choice = (chat.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    output: list[dict[str, Any]] = []
-    text = message.get("content")
-    if isinstance(text, str) and text.strip():
-        output.append(message_item(text, id_=new_id("msg")))
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        output.append(
-            call_item(
-                call.get("id") or new_id("call"),
-                fn.get("name", ""),
-                fn.get("arguments", ""),
-                tr.custom,
-            )
-        )
-    status, incomplete = status_of(choice.get("finish_reason"))
-    return response_object(
-        req,
-        id_=id_,
-        status=status,
-        output=output,
-        usage_=chat_usage(chat.get("usage")),
-        incomplete=incomplete,
-        notes=tr.notes,
-    )

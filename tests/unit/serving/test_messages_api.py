@@ -14,7 +14,8 @@ import pytest
 from serving.constraint.envelope import TOOL_CALL_OPEN
 from serving.exceptions import UpstreamError
 from serving.http import pipeline
-from serving.http.messages.protocol import message_from_chat
+from serving.http.messages.encoder import MessagesEncoder
+from serving.http.service import Turn
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import ADD as CHAT_ADD
 from tests.unit.serving.serving_helpers import PARIS, call
@@ -280,11 +281,12 @@ async def test_stop_sequences_sampling_metadata_reach_the_engine(harness: Harnes
         "usage": {"prompt_tokens": 10, "completion_tokens": 2,
                   "prompt_tokens_details": {"cached_tokens": 4}},
     }  # fmt: skip
-    msg = message_from_chat(vllm, model="m", stop_sequences=["END"])
+    msg = await MessagesEncoder(model="m", stop_sequences=["END"]).whole(Turn(passed=vllm))
     assert msg["stop_reason"] == "stop_sequence" and msg["stop_sequence"] == "END"
     assert msg["usage"]["input_tokens"] == 6 and msg["usage"]["cache_read_input_tokens"] == 4
     vllm["choices"][0]["finish_reason"] = "length"
-    assert message_from_chat(vllm, model="m", stop_sequences=None)["stop_reason"] == "max_tokens"
+    cut = await MessagesEncoder(model="m", stop_sequences=None).whole(Turn(passed=vllm))
+    assert cut["stop_reason"] == "max_tokens"
 
 
 async def test_images_become_a_note(harness: Harness) -> None:
