@@ -1,1 +1,76 @@
-"""loopstack: the command line that ties serving, memory, agents and benchmarks together."""
+"""loopstack: tool-using agents on your own open-weight model.
+
+The public API, importable from here (the modules behind it are internal and may move)::
+
+    from loopstack import Agent, AgentConfig, Limits, ToolRegistry, tool
+    from loopstack import MemoryStore, AsyncMemoryStore
+    from loopstack import Worker, worker_tools, load_team, mount_team, TeamConfig
+    from loopstack import serve, ServerSettings
+
+Names load on first use (PEP 562), so ``import loopstack`` stays light: the command line
+(`loopstack.cli`) and the leaf text utilities (`loopstack.text`) import nothing of the stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "AsyncMemoryStore",
+    "Limits",
+    "MemoryStore",
+    "PlanMode",
+    "ServerSettings",
+    "TeamConfig",
+    "ToolRegistry",
+    "Worker",
+    "load_team",
+    "mount_team",
+    "serve",
+    "tool",
+    "worker_tools",
+]
+
+#: public name -> the module that defines it
+_WHERE = {
+    "Agent": "agent.run.loop",
+    "AgentConfig": "agent.core.settings",
+    "Limits": "agent.core.settings",
+    "PlanMode": "agent.core.settings",
+    "ToolRegistry": "agent.tools.registry",
+    "tool": "agent.tools.registry",
+    "Worker": "agent.run.team",
+    "TeamConfig": "agent.run.team",
+    "load_team": "agent.run.team",
+    "mount_team": "agent.run.team",
+    "worker_tools": "agent.run.team",
+    "MemoryStore": "memory",
+    "AsyncMemoryStore": "memory",
+    "ServerSettings": "serving.config",
+    "serve": "serving.server",
+}
+
+if TYPE_CHECKING:
+    from agent.core.settings import AgentConfig, Limits, PlanMode
+    from agent.run.loop import Agent
+    from agent.run.team import TeamConfig, Worker, load_team, mount_team, worker_tools
+    from agent.tools.registry import ToolRegistry, tool
+    from memory import AsyncMemoryStore, MemoryStore
+    from serving.config import ServerSettings
+    from serving.server import serve
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loopstack' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # loaded once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
