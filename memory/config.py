@@ -79,6 +79,11 @@ class MemorySettings(BaseSettings):
         default=1,
         description="torch intra-op threads for MiniLM, OpenMP threads for e5 (0 = default)",
     )
+    query_cache_size: int = Field(
+        default=1024,
+        ge=0,
+        description="Query vectors kept for repeated questions (LRU; 0 = off)",
+    )
 
     # --- gate 1: query -------------------------------------------------------------------
     llm_base_url: str | None = Field(

@@ -10,6 +10,7 @@
   E5 wants ``"query: "`` on queries and ``"passage: "`` on stored texts: ``embed`` embeds
   passages, ``embed_query`` queries (``query_vectors`` picks it when an embedder has one).
 * :class:`EndpointEmbedder` - an OpenAI-compatible ``/v1/embeddings`` (our serving endpoint).
+* :class:`QueryCache` - an LRU of query vectors, so a repeated question skips the embedder.
 * :class:`HashingEmbedder` - feature hashing of word unigrams and bigrams (for CJK text:
   character unigrams and bigrams). No model, no semantics beyond shared words; meant for
   fast unit tests and cheap isolation checks.
@@ -29,6 +30,7 @@ import logging
 import os
 import re
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +47,7 @@ __all__ = [
     "EndpointEmbedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
+    "QueryCache",
     "Vectors",
     "e5_available",
     "embedder_named",
@@ -246,6 +249,42 @@ class E5Embedder:
 
     async def embed_query(self, texts: list[str]) -> Vectors:
         return await asyncio.to_thread(self._encode, texts, True)
+
+
+class QueryCache:
+    """The vectors of recent search queries, least recently used out first (``size`` of them;
+    0 turns the cache off). A question asked again (an agent re-asking memory each step, a
+    retried turn) skips the embedder: with multilingual-e5 that is most of recall's time.
+
+    Keyed by the embedder's name and the query with its whitespace collapsed, and that
+    normalised text is what gets embedded, so a hit returns exactly the vector a miss would
+    compute (recall unchanged). Used from one event loop (``AsyncMemoryStore.recall``)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self.hits = self.misses = 0
+        self._vectors: OrderedDict[tuple[str, str], Vectors] = OrderedDict()
+
+    @staticmethod
+    def normalized(text: str) -> str:
+        return " ".join(text.split())
+
+    async def vector(self, embedder: Embedder, text: str) -> Vectors:
+        """The query's vector, shape ``(dim,)`` (a copy: callers may keep it)."""
+        q = self.normalized(text) or text
+        key = (embedder.name, q)
+        got = self._vectors.get(key)
+        if got is not None:
+            self.hits += 1
+            self._vectors.move_to_end(key)
+            return got.copy()
+        self.misses += 1
+        vec = (await query_vectors(embedder, [q]))[0]
+        if self.size > 0:
+            self._vectors[key] = vec.copy()
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+        return vec
 
 
 async def query_vectors(embedder: Embedder, texts: list[str]) -> Vectors:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from memory.config import MemorySettings
 from memory.exceptions import NotFoundError
-from memory.language import covers
+from memory.language import about_former, covers
 from memory.ledger.backend import LedgerBackend
 from memory.ledger.rows import FORGOTTEN
 from memory.records import Candidate
@@ -46,8 +46,14 @@ def forget_chain(
 
 def matching_ids(candidates: Sequence[Candidate], text: str, min_similarity: float) -> list[str]:
     """The recalled records a forget request names: hybrid relevance at least
-    ``min_similarity``, or, for a Chinese target (no keyword side for CJK), text covered."""
-    return [c.id for c in candidates if c.relevance >= min_similarity or covers(c.text, text)]
+    ``min_similarity``, or, for a Chinese target (no keyword side for CJK), text covered; and
+    for a target about a former thing ("my previous address", "前公司"), only records that
+    say it was a former one (``about_former``: the current address stays)."""
+    return [
+        c.id
+        for c in candidates
+        if (c.relevance >= min_similarity or covers(c.text, text)) and about_former(c.text, text)
+    ]
 
 
 def decay_now(

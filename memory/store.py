@@ -27,10 +27,10 @@ import numpy as np
 from memory.config import MemorySettings, loopstack_home
 from memory.embedding import (
     Embedder,
+    QueryCache,
     Vectors,
     embedder_named,
     make_embedder,
-    query_vectors,
 )
 from memory.exceptions import (
     IndexMismatchError,
@@ -105,6 +105,8 @@ class AsyncMemoryStore:
             else Path(where).expanduser()
         )
         self.embedder: Embedder = embedder or make_embedder(self.settings)
+        #: Vectors of recent queries (``QueryCache``): a repeated question skips the embedder.
+        self._queries = QueryCache(self.settings.query_cache_size)
         #: ``embedder=auto`` chose the model: an existing store's own model wins on open.
         self._auto_embedder = embedder is None and self.settings.embedder == "auto"
         s = self.settings
@@ -483,7 +485,7 @@ class AsyncMemoryStore:
         keyword = asyncio.create_task(asyncio.to_thread(reader.keyword, scope, q, mode))
         t1 = time.perf_counter()
         try:
-            vec = (await query_vectors(self.embedder, [q]))[0]
+            vec = await self._queries.vector(self.embedder, q)
         finally:
             timings["embed"] = (time.perf_counter() - t1) * 1e3
             kw_hits, timings["keyword"] = await keyword

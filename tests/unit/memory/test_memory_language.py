@@ -14,6 +14,7 @@ from memory import AsyncMemoryStore, Turn
 from memory.language import covers
 from memory.pipeline import type_for_task
 from memory.records import MemorySource, MemoryType
+from memory.redaction import redact
 from memory.writeback import correction, explicit_request, forget_request, plan_turn
 
 # The five Chinese requests the issue tried (0/5 stored before), and a sixth
@@ -121,7 +122,9 @@ async def test_five_chinese_requests_store_and_recall(store: AsyncMemoryStore) -
         res = await store.write_back(Turn(user_message=message), user_id="u1")
         assert [r.action for r in res] == ["stored"], (message, res)
         rec = await store.get(res[0].id or "", user_id="u1")
-        assert rec.text == body and rec.source == MemorySource.USER_EXPLICIT
+        # stored as redacted, like any text: a passport number is a national ID in Chinese
+        # as in English ("我的护照号码是[REDACTED:national_id]")
+        assert rec.text == redact(body)[0] and rec.source == MemorySource.USER_EXPLICIT
         assert rec.weight == store.settings.explicit_weight
     got = await store.recall("我对什么过敏？", user_id="u1", threshold=-math.inf)
     assert got.items[0].text == "我对花生过敏"

@@ -1,7 +1,12 @@
 """Redaction corpus: common token and key formats, credentials in URLs, "pw is ...",
-national ID numbers - in texts and in evidence ids - and ordinary text left alone."""
+national ID numbers - in texts and in evidence ids - and ordinary text left alone: a few
+hundred sentences of everyday English and Chinese that use the rules' cue words (pin, pass,
+key, token, secret, 密码, numbers, dates; ``data/ordinary_prose_*.txt``) and, where the
+data is present, all 5,882 turns of LoCoMo (issue #58)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +97,33 @@ SECRETS = [
     ),
 ]
 
+# Near misses of the prose rules: a plain-word password that closes its clause, a PIN after
+# "pin ... is", a key in mixed case, and the Chinese forms.
+MORE_SECRETS = [
+    ("my password is swordfish.", "swordfish", "password"),
+    ("My password is swordfish and my PIN is 4471", "swordfish", "password"),
+    ("My password is swordfish and my PIN is 4471", "4471", "password"),
+    ("the password for wifi.example.com is CorrectHorse", "CorrectHorse", "password"),
+    ('my password is "swordfish" now', "swordfish", "password"),
+    ("the passphrase is Tr0ub4dor", "Tr0ub4dor", "password"),
+    ("my pw: letmein", "letmein", "password"),
+    ("pin number: 123456", "123456", "password"),
+    ("the pin to the safe is 2580", "2580", "password"),
+    ("PIN is 0000", "0000", "password"),
+    ("the token is 'abc123def456'", "abc123def456", "password"),
+    ("secret = s3cr3t-v4lue", "s3cr3t-v4lue", "password"),
+    ("access key: AbCdEfGhIjKl", "AbCdEfGhIjKl", "password"),
+    ("my passport number is E12345678", "E12345678", "national_id"),
+    ("card 3782 822463 10005 (amex)", "822463", "card_number"),
+    ("我的密码是hunter2", "hunter2", "password"),
+    ("wifi密码：CorrectHorse99", "CorrectHorse99", "password"),
+    ("验证码是 482913，五分钟内有效", "482913", "password"),
+    ("支付密码为 8812", "8812", "password"),
+    ("PIN码：4471", "4471", "password"),
+    ("我的身份证号是110101199003074514，别告诉别人", "110101199003074514", "national_id"),
+    ("护照号码：E12345678", "E12345678", "national_id"),
+]
+
 ORDINARY = [
     "order 1234567890123 shipped",
     "call me at 555 0100",
@@ -114,23 +146,63 @@ ORDINARY = [
     "20261205-004202-3546ebd4",
     "20261205-004202-3546ebd4.1.0",
     "see trace 20261205-004202-3546ebd4 step 2",
+    # grouped like a phone number or an ISBN, not like a card (whatever the checksum)
+    "call +86 138 0013 8000 after six",
+    "ISBN 978-0-306-40615-7",
 ]
+
+DATA = Path(__file__).resolve().parent / "data"
+PROSE = [
+    line
+    for name in ("ordinary_prose_en.txt", "ordinary_prose_zh.txt")
+    for line in (DATA / name).read_text(encoding="utf-8").splitlines()
+    if line.strip() and not line.startswith("#")
+]
+# The sentence issue #58 found stored as "Is [REDACTED:password] your favorite superhero"
+# (LoCoMo conversation 42, turn D15:2).
+SPIDERMAN = (
+    "Nate: Congrats, Joanna! Seeing your hard work pay off like that must've felt amazing. I "
+    "bet it was scary too, but awesome! You're so inspiring. By the way, last time we saw "
+    "eachother, I noticed a spiderman pin on your purse. Is Spider-Man your favorite "
+    "superhero, or do you have another fave?"
+)
 
 
 def test_corpus_size() -> None:
     assert len(SECRETS) >= 40 and len({k for _, _, k in SECRETS}) >= 8
+    assert len(PROSE) >= 350 and sum(1 for p in PROSE if "密码" in p) >= 10
 
 
-@pytest.mark.parametrize(("text", "secret", "kind"), SECRETS)
+@pytest.mark.parametrize(("text", "secret", "kind"), SECRETS + MORE_SECRETS)
 def test_secret_is_redacted(text: str, secret: str, kind: str) -> None:
     out, kinds = redact(text)
     assert secret not in out, out
     assert kind in kinds and f"[REDACTED:{kind}]" in out, (out, kinds)
 
 
-@pytest.mark.parametrize("text", ORDINARY)
+@pytest.mark.parametrize("text", ORDINARY + PROSE)
 def test_ordinary_text_survives(text: str) -> None:
     assert redact(text) == (text, [])
+
+
+def test_the_spiderman_pin_is_prose() -> None:
+    assert redact(SPIDERMAN) == (SPIDERMAN, [])
+    # the same words with a PIN in them are still a secret
+    out, kinds = redact("I noticed a spiderman pin on your purse. The pin is 4471, by the way")
+    assert "4471" not in out and kinds == ["password"], out
+
+
+def test_locomo_turns_pass_unchanged() -> None:
+    """0 redactions on LoCoMo's 5,882 turns (not committed, CC BY-NC 4.0: see
+    bench/memory/data/README.md; ``python -m bench.memory.redaction`` prints the count)."""
+    from bench.memory.locomo import DATA as LOCOMO
+    from bench.memory.redaction import locomo_redactions
+
+    if not LOCOMO.is_file():
+        pytest.skip(f"LoCoMo not present at {LOCOMO}")
+    turns, changed = locomo_redactions(LOCOMO)
+    assert turns == 5882
+    assert changed == [], changed[:5]
 
 
 async def test_evidence_is_redacted_in_records_and_write_back(store: AsyncMemoryStore) -> None:
