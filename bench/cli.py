@@ -408,6 +408,9 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
                          "Chinese + English recall@1 and p99: MiniLM vs multilingual-e5."),
         "postgres": ("bench.memory.postgres",
                      "Postgres: bulk add, cross-server lag, recall with app servers."),
+        "redaction": ("bench.memory.redaction", "LoCoMo's turns through redaction: 0 changed."),
+        "embedder-speed": ("bench.memory.embedder_speed",
+                           "Ingest and recall per embedder (MiniLM vs e5, cache, threads)."),
     }),
     "corpus": ("The real-world tool-schema corpus the serving benchmarks use.", {
         "build": ("bench.corpus.build", "Rebuild bench/corpus/tool_schemas.jsonl (offline)."),

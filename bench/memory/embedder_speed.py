@@ -28,7 +28,6 @@ OpenMP thread, batch 64, no query cache); ``e5-t2`` (2 threads); ``e5-b256`` (ba
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -38,10 +37,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import typer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.commandline import benchmark_app, run_command
 from bench.memory.latency import pct, synth_texts, synth_vectors
 from bench.memory.multilingual import DATA, zh_filler
 from memory import AsyncMemoryStore, MemorySettings
@@ -177,15 +180,25 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    ap.add_argument("--real", type=int, default=600, help="texts embedded and ingested for real")
-    ap.add_argument("--n", type=int, default=3000, help="records in the recall store")
-    ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="folder for results.json")
-    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child process
-    args = ap.parse_args(argv)
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def embedder_speed(
+    configs: list[str] = typer.Option(list(CONFIGS), help="of: " + ", ".join(CONFIGS)),
+    real: int = typer.Option(600, help="texts embedded and ingested for real"),
+    n: int = typer.Option(3000, help="records in the recall store"),
+    rounds: int = typer.Option(1),
+    out: Path | None = typer.Option(None, help="folder for results.json"),
+    one: str | None = typer.Option(None, hidden=True),  # a child process
+) -> None:
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown:
+        raise typer.BadParameter(f"unknown configs {unknown}; of {list(CONFIGS)}")
+    raise typer.Exit(_run(SimpleNamespace(**locals())))
+
+
+def _run(args: SimpleNamespace) -> int:
     if args.one:
         print("ROW " + json.dumps(asyncio.run(run_one(args.one, args.real, args.n))), flush=True)
         return 0
@@ -212,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows, "summary": table}
         (args.out / "results.json").write_text(json.dumps(doc, indent=1))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
 
 
 if __name__ == "__main__":

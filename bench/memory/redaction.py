@@ -13,11 +13,13 @@ tests/unit/memory/test_memory_redaction.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
+import typer
+
+from bench.commandline import benchmark_app, run_command
 from bench.memory.locomo import DATA, load_conversations, turns_of
 from memory.redaction import redact
 
@@ -35,12 +37,15 @@ def locomo_redactions(path: Path = DATA) -> tuple[int, list[tuple[str, str, str]
     return turns, changed
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=DATA, help="path to locomo10.zip")
-    args = ap.parse_args()
+app = benchmark_app(__doc__.split("\n\n")[0])
+
+
+@app.command()
+def redaction(
+    data: Path = typer.Option(DATA, help="path to locomo10.zip"),
+) -> None:
     t0 = time.perf_counter()
-    turns, changed = locomo_redactions(args.data)
+    turns, changed = locomo_redactions(data)
     took = time.perf_counter() - t0
     for turn_id, text, out in changed:
         print(f"{turn_id}\n  in:  {text}\n  out: {out}")
@@ -48,5 +53,9 @@ def main() -> None:
     print("RESULT " + json.dumps({"turns": turns, "redacted": len(changed), "seconds": took}))
 
 
+def main(argv: list[str] | None = None) -> int:
+    return run_command(app, argv)
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
