@@ -22,7 +22,7 @@ from pathlib import Path
 from bench.load import BenchError
 from bench.load.kvcache import AgentState, agent_state, cliff
 from bench.load.roofline import Coefficients, ReplicaSpec, fit_coefficients, step_s, step_terms
-from bench.load.workload import AgentWorkload
+from bench.load.workload import AgentWorkload, RequestWorkload
 
 MAX_AGENTS = 100_000
 
@@ -252,3 +252,67 @@ def cliff_plot(
     fig.savefig(out, dpi=80)
     plt.close(fig)
     return out
+
+
+# ---------------------------------------------------------------------------
+# open-loop requests and the command
+
+
+def request_plan(
+    spec: ReplicaSpec, wl: RequestWorkload, slo_s: float, coeffs: Coefficients
+) -> list[str]:
+    """Replicas for ``wl.rate`` requests a second: the largest rate one replica serves with
+    the modelled p95 end-to-end request (a multi-turn session: each turn) within ``slo_s``."""
+    from bench.load.replica import Saturated, Traffic, latency, max_rate, solve
+
+    prompt = sum(wl.context(t) for t in range(wl.turns)) / wl.turns
+    uncached = wl.input_tokens + (wl.shared_prefix_tokens if wl.turns == 1 else 0)
+
+    def over(p: float) -> float:
+        return coeffs.request_s + coeffs.request_token_s * p
+
+    def ok(rate: float) -> bool:
+        tr = Traffic(rate * wl.turns, prompt, uncached, wl.output_tokens)
+        st = solve(lambda b: step_s(spec, coeffs, b), tr, spec.token_budget, spec.max_seqs)
+        if isinstance(st, Saturated):
+            return False
+        kv_ok = st.running_kv_tokens <= spec.kv_capacity_tokens()
+        lat = latency(st, tr, over, spec.token_budget, 0.95, output=wl.out_p95())
+        return kv_ok and lat.e2e_s <= slo_s
+
+    best = max_rate(ok)
+    out = [
+        f"GPU plan (MODELLED, not measured: no GPU ran this) for {spec.tp} x {spec.hardware.name}",
+        f"  replica: {spec.describe()}",
+        f"  workload: {wl.describe()}",
+        f"  one replica: {best:.2f} arrivals/s with p95 request <= {slo_s:g} s",
+    ]
+    if wl.rate and best > 0:
+        out.append(f"  plan: {wl.rate:g}/s need {math.ceil(wl.rate / best)} replica(s)")
+    if wl.turns > 1:
+        out.append("  note: later turns assumed cached (think time within the cache's reach)")
+    return out
+
+
+def plan_command(
+    hardware: str, model: str | None, tp: int, weights: str, kv: str, workload: Path | None,
+    agents: int, slo_s: float, cost_per_hour: float | None, plot: Path | None,
+) -> list[str]:  # fmt: skip
+    from bench.load.architecture import load_architecture
+    from bench.load.hardware import get_hardware
+    from bench.load.workload import load_workload
+
+    if not model:
+        raise BenchError("--hardware needs --model (a Hugging Face id or a model folder)")
+    spec = ReplicaSpec(get_hardware(hardware), load_architecture(model), tp, weights, kv)
+    wl = load_workload(workload) if workload else AgentWorkload(output_tokens=150,
+                                                                output_tokens_p95=300)  # fmt: skip
+    coeffs = fit_coefficients()
+    if isinstance(wl, RequestWorkload):
+        lines = request_plan(spec, wl, slo_s, coeffs)
+    else:
+        lines = gpu_plan(spec, wl, agents, slo_s, coeffs, cost_per_hour).lines()
+        if plot is not None:
+            top = max(64, 4 * (gpu_plan(spec, wl, agents, slo_s, coeffs).per_replica or 16))
+            lines.append(f"wrote {cliff_plot([spec], wl, top, plot, coeffs)}")
+    return lines

@@ -88,23 +88,28 @@ def agent_state(
     prompt = wl.mean_context()
     hit, rate, tau, free = 1.0, 0.0, math.inf, float(kv_capacity)
     st: Steady | Saturated = Saturated("step time")
-    lat_s = 0.0
     for _ in range(rounds):
         unc = uncached_mean(wl, hit)
-        # closed loop: rate = N / (step latency + pause), step latency at the current rate
-        for _ in range(30):
+        # closed loop: rate = N / (step latency + pause), step latency at that rate; a
+        # safeguarded fixed point (a saturated rate is too high)
+        lo, hi = 0.0, agents / max(pmean, 1e-3)
+        rate = rate if 0 < rate < hi else hi / 2
+        for _ in range(80):
             tr = Traffic(rate, prompt, unc, wl.output_tokens)
-            st = (
-                solve(step, tr, budget, max_seqs) if rate > 0 else _idle(step, tr, budget, max_seqs)
-            )
+            st = solve(step, tr, budget, max_seqs)
             if isinstance(st, Saturated):
-                break
+                hi = rate
+                rate = (lo + hi) / 2
+                if hi - lo <= 1e-6 * hi:
+                    break
+                continue
             lat_s = latency(st, tr, overhead, budget).e2e_s
             new = agents / (lat_s + pmean)
-            if abs(new - rate) <= 1e-6 * max(new, 1e-9):
+            lo, hi = (rate, hi) if new > rate else (lo, rate)
+            if abs(new - rate) <= 1e-5 * rate:
                 rate = new
                 break
-            rate = 0.5 * rate + 0.5 * new
+            rate = new if lo < new < hi else (lo + hi) / 2
         if isinstance(st, Saturated):
             return AgentState(agents, hit, _token_hit(wl, hit), rate, tau, free, None, st.why)
         free = kv_capacity - st.running_kv_tokens - wl.shared_prefix_tokens
@@ -116,7 +121,7 @@ def agent_state(
         if abs(new_hit - hit) < 1e-4:
             hit = new_hit
             break
-        hit = 0.5 * hit + 0.5 * new_hit if new_hit < hit else new_hit
+        hit = new_hit  # from 1 down: the largest fixed point
     assert isinstance(st, Steady)
     tr = Traffic(rate, prompt, uncached_mean(wl, hit), wl.output_tokens)
     last = wl.context(wl.steps - 1)
@@ -146,7 +151,9 @@ def cliff(states: list[AgentState]) -> int | None:
     top = states[0].hit
     prev: int | None = None
     for s in states:
-        if not s.feasible or s.hit < 0.5 * top:
+        if not s.feasible:
+            return None  # saturated before the cache stopped holding
+        if s.hit < 0.5 * top:
             return prev
         prev = s.agents
     return None

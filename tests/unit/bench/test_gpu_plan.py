@@ -1,0 +1,95 @@
+"""The GPU fleet plan: the prefix-cache cliff, the binding limit, the command, and the CPU
+plan's hold-out check on the committed sweep (fit 1, 4, 8; predict 12, 16 within 15 %)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.load.architecture import load_architecture
+from bench.load.gpuplan import _Model, gpu_plan
+from bench.load.hardware import get_hardware
+from bench.load.kvcache import cliff, uncached_mean
+from bench.load.roofline import ReplicaSpec, fit_coefficients
+from bench.load.workload import AgentWorkload, load_workload
+
+SWEEP = Path("docs/results/second-core-2026-12-04/sweep/result.json")
+WL = AgentWorkload(output_tokens=150, output_tokens_p95=300)
+
+
+def test_uncached_tokens_by_hand() -> None:
+    wl = AgentWorkload(steps=3, shared_prefix_tokens=1000, first_prompt_tokens=200,
+                       output_tokens=100, tool_result_tokens=300)  # fmt: skip
+    # contexts 1200, 1600, 2000; hit: 200, 300, 300; miss: 200, 600, 1000
+    assert uncached_mean(wl, 1.0) == pytest.approx((200 + 300 + 300) / 3)
+    assert uncached_mean(wl, 0.0) == pytest.approx((200 + 600 + 1000) / 3)
+
+
+def test_the_cache_holds_then_falls_off_a_cliff() -> None:
+    m = _Model(ReplicaSpec(get_hardware("h100"), load_architecture("Qwen/Qwen3-8B")),
+               fit_coefficients())  # fmt: skip
+    states = [m.state(WL, n) for n in (1, 50, 100, 200, 260)]
+    hits = [s.hit for s in states]
+    assert hits[0] == pytest.approx(1.0) and hits == sorted(hits, reverse=True)
+    assert hits[-1] < 0.5  # past the cliff resumed steps re-prefill
+    c = cliff(states)
+    assert c is not None and 100 <= c < 260
+    p95 = [s.p95_step_s for s in states]
+    assert p95 == sorted(p95)
+
+
+def test_more_memory_moves_the_cliff_out() -> None:
+    qwen = load_architecture("Qwen/Qwen3-8B")
+    h100 = _Model(ReplicaSpec(get_hardware("h100"), qwen), fit_coefficients())
+    h200 = _Model(ReplicaSpec(get_hardware("h200"), qwen), fit_coefficients())
+    assert h200.kv > 2 * h100.kv
+    assert h200.state(WL, 260).hit > h100.state(WL, 260).hit
+
+
+def test_plan_is_labelled_modelled_and_rounds_up() -> None:
+    spec = ReplicaSpec(get_hardware("h100"), load_architecture("Qwen/Qwen3-8B"))
+    p = gpu_plan(spec, WL, 500, 10.0, cost_per_hour=3.0)
+    assert p.per_replica > 0 and p.replicas == math.ceil(500 / p.per_replica)
+    assert p.at_cstar is not None and p.at_cstar.p95_step_s <= 10.0
+    text = "\n".join(p.lines())
+    assert "MODELLED, not measured" in text and "; measured" not in text
+    assert p.cost_per_1000_tasks == pytest.approx(1000 * (p.gpu_s_per_task or 0) * 3.0 / 3600)
+    assert p.binding
+
+
+def test_kv_capacity_binds_a_long_context_on_a_small_card() -> None:
+    wl = AgentWorkload(steps=10, shared_prefix_tokens=0, first_prompt_tokens=20000,
+                       output_tokens=200, tool_result_tokens=4000)  # fmt: skip
+    spec = ReplicaSpec(get_hardware("l40s"), load_architecture("meta-llama/Llama-3.1-8B-Instruct"))
+    p = gpu_plan(spec, wl, 100, 600.0)
+    assert "KV capacity" in p.binding
+
+
+def test_the_command(tmp_path: Path) -> None:
+    from bench.cli import app
+
+    wl = tmp_path / "wl.yaml"
+    wl.write_text("kind: agents\nsteps: 4\noutput_tokens: 120\ntool_pause: fixed:1\n")
+    assert load_workload(wl).kind == "agents"
+    r = CliRunner().invoke(app, ["plan", "--hardware", "h100", "--model", "Qwen/Qwen3-8B",
+                                 "--tp", "1", "--agents", "500", "--slo-p95-step", "10s",
+                                 "--workload", str(wl)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "MODELLED" in r.output and "replica(s)" in r.output
+    bad = CliRunner().invoke(app, ["plan", "--hardware", "tpu9", "--model", "Qwen/Qwen3-8B",
+                                   "--agents", "5", "--slo-p95-step", "10s"])  # fmt: skip
+    assert bad.exit_code == 2 and "unknown hardware" in bad.output
+
+
+@pytest.mark.skipif(not SWEEP.is_file(), reason="the committed CPU sweep is not here")
+def test_cpu_plan_still_extrapolates_within_15_percent() -> None:
+    from bench.load.modelled import validate
+    from bench.load.result import load_result
+
+    val, _, _ = validate(load_result(SWEEP), [1, 4, 8], [12, 16])
+    for what in ("p95_s", "steps_per_s"):
+        worst = val.worst(what)
+        assert worst is not None and worst <= 0.15, (what, worst)
