@@ -105,7 +105,7 @@ def test_a_local_config_json_is_read(tmp_path: Path) -> None:
 
 
 def test_unknown_model_and_hardware_are_clear_errors() -> None:
-    with pytest.raises(BenchError, match="no config.json"):
+    with pytest.raises(BenchError, match=r"no config\.json"):
         load_architecture("nobody/NoSuchModel-1B")
     with pytest.raises(BenchError, match="unknown hardware"):
         get_hardware("tpu-v9")
