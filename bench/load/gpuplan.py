@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.load import BenchError
-from bench.load.kvcache import AgentState, agent_state, cliff
+from bench.load.kvcache import AgentState, agent_state
 from bench.load.roofline import Coefficients, ReplicaSpec, fit_coefficients, step_s, step_terms
 from bench.load.workload import AgentWorkload, RequestWorkload
 
@@ -183,7 +183,7 @@ def gpu_plan(
         replicas=math.ceil(agents / best) if best else None,
         binding=binding(model, wl, best, seen) if best else _why_none(grid),
         at_cstar=seen.get(best),
-        cliff_agents=cliff(curve(model, wl, max(best * 2, 16))),
+        cliff_agents=find_cliff(model, wl, max(best * 2, 16)),
     )
     s = plan.at_cstar
     if best and s is not None and plan.replicas:
@@ -213,6 +213,38 @@ def curve(model: _Model, wl: AgentWorkload, top: int, points: int = 24) -> list[
     """States at agent counts from 1 to ``top``, spaced geometrically (the cliff plot)."""
     ns = sorted({max(1, round(top ** (i / (points - 1)))) for i in range(points)})
     return [model.state(wl, n) for n in ns]
+
+
+def find_cliff(model: _Model, wl: AgentWorkload, top: int) -> int | None:
+    """The last agent count before resumed steps hit less than half as often as at one
+    agent (a geometric scan to ``top``, doubling past it, then bisection); None when the
+    replica saturates or runs out of KV for its running sequences first."""
+    first = model.state(wl, 1)
+    if not first.feasible:
+        return None
+
+    def good(n: int) -> bool:
+        s = model.state(wl, n)
+        return s.feasible and s.hit >= 0.5 * first.hit
+
+    lo, hi = 1, 0
+    for s in curve(model, wl, top)[1:]:
+        if not (s.feasible and s.hit >= 0.5 * first.hit):
+            hi = s.agents
+            break
+        lo = s.agents
+    while not hi:
+        if lo * 2 > MAX_AGENTS:
+            return None
+        if good(lo * 2):
+            lo *= 2
+        else:
+            hi = lo * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if good(mid) else (lo, mid)
+    past = model.state(wl, hi)
+    return lo if past.feasible else None
 
 
 def error_bars(validation: Path | None) -> list[str]:
@@ -319,3 +351,31 @@ def plan_command(
             top = max(64, 4 * (gpu_plan(spec, wl, agents, slo_s, coeffs).per_replica or 16))
             lines.append(f"wrote {cliff_plot([spec], wl, top, plot, coeffs)}")
     return lines
+
+
+def main() -> None:
+    """``python -m bench.load.gpuplan --cliff-plot OUT --model M --hardware h100,h200 --top N``
+    [--workload FILE]: the KV-cliff plot (modelled) for several replica kinds."""
+    import argparse
+
+    from bench.load.architecture import load_architecture
+    from bench.load.hardware import get_hardware
+    from bench.load.workload import load_workload
+
+    ap = argparse.ArgumentParser(prog="python -m bench.load.gpuplan")
+    ap.add_argument("--cliff-plot", type=Path, required=True)
+    ap.add_argument("--model", default="Qwen/Qwen3-8B")
+    ap.add_argument("--hardware", default="h100,h200,l40s")
+    ap.add_argument("--top", type=int, default=1000)
+    ap.add_argument("--workload", type=Path)
+    a = ap.parse_args()
+    wl = load_workload(a.workload) if a.workload else DEFAULT_WORKLOAD
+    if not isinstance(wl, AgentWorkload):
+        raise SystemExit("the cliff plot needs an agents workload")
+    arch = load_architecture(a.model)
+    specs = [ReplicaSpec(get_hardware(h), arch) for h in a.hardware.split(",")]
+    print(f"wrote {cliff_plot(specs, wl, a.top, a.cliff_plot)}")
+
+
+if __name__ == "__main__":
+    main()

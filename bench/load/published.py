@@ -6,6 +6,7 @@ workload. Three kinds of workload:
 
 - ``server``: Poisson arrivals (MLPerf's Server scenario); predicted: the largest rate whose
   modelled TTFT p99 and TPOT p99 meet the run's SLO, and the TPOT mean at the measured rate
+- ``offline``: every query queued at once (MLPerf's Offline); predicted: the saturation rate
 - ``concurrency``: C clients, each sending its next request when the last one ends (``vllm
   bench serve --max-concurrency C``); the rate solves rate = C / e2e(rate); predicted: TTFT
   mean and median, TPOT, end-to-end mean
@@ -138,6 +139,12 @@ def predict_server(e: _Engine, wl: dict[str, Any], at_rate: float) -> dict[str, 
     return {"max_rate": max_rate(ok), "tpot": None if st is None else st.iter_s + e.itl_extra}
 
 
+def predict_offline(e: _Engine, wl: dict[str, Any]) -> dict[str, float | None]:
+    """Every query queued at once: the largest rate with a steady state (no SLO)."""
+    inp, out = float(wl["input_tokens"]), float(wl["output_tokens"])
+    return {"max_rate": max_rate(lambda r: _steady(e, Traffic(r, inp, inp, out)) is not None)}
+
+
 def predict_concurrency(e: _Engine, wl: dict[str, Any]) -> dict[str, float | None]:
     c, inp, out = float(wl["concurrency"]), float(wl["input_tokens"]), float(wl["output_tokens"])
     rate, st, tr = 0.0, None, Traffic(1e-9, inp, inp, out)
@@ -182,11 +189,18 @@ def validate_table(path: Path = DEFAULT_TABLE, coeffs: Coefficients | None = Non
                 preds.append({})
             elif wl["kind"] == "server":
                 preds.append(predict_server(e, wl, m["max_rate_qps"]))
+            elif wl["kind"] == "offline":
+                preds.append(predict_offline(e, wl))
             else:
                 preds.append(predict_concurrency(e, wl))
         o, b = preds
         pairs = [
-            ("max_rate", "max", "max_rate_qps", "max_rate"),
+            (
+                "max_rate",
+                "offline" if wl["kind"] == "offline" else "at SLO",
+                "max_rate_qps",
+                "max_rate",
+            ),
             ("tpot", "mean", "tpot_mean_s", "tpot"),
             ("tpot", "median", "tpot_median_s", "tpot"),
             ("ttft", "mean", "ttft_mean_s", "ttft_mean"),
@@ -245,3 +259,22 @@ def table_lines(rep: Report) -> list[str]:
             f"{fmt(f.ours, f.metric)}{pct(f.err())} | {fmt(f.blis, f.metric)}{pct(f.err('blis'))} |"
         )
     return rows
+
+
+def main() -> None:
+    """``python -m bench.load.published [TABLE]``: the per-figure table and the summary."""
+    import sys
+
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TABLE
+    rep = validate_table(path)
+    assert rep.coeffs is not None
+    print(f"Replica model: {rep.coeffs.describe()}; fitted on {rep.coeffs.fitted_on}.\n")
+    print("\n".join(table_lines(rep)))
+    print()
+    print("\n".join(f"- {line}" for line in summary_lines(rep)))
+    for s in rep.skipped:
+        print(f"- not predicted: {s}")
+
+
+if __name__ == "__main__":
+    main()

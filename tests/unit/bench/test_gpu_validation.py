@@ -28,7 +28,7 @@ def test_every_held_out_figure_is_predicted_and_sourced(report: Report) -> None:
     assert {f.run for f in report.figures} == {r["id"] for r in held}
     assert all(f.ours is not None and f.ours > 0 for f in report.figures)
     # MLPerf's two single-GPU rates are in, the 70B one is listed as not predicted (why)
-    rates = {f.run for f in report.figures if f.metric == "max_rate"}
+    rates = {f.run for f in report.figures if f.metric == "max_rate" and f.stat == "at SLO"}
     assert rates == {"mlperf51-h100-llama31-8b-server", "mlperf51-l40s-llama31-8b-server"}
     assert any(s.startswith("mlperf51-8xh100-70b") for s in report.skipped)
     assert len(table_lines(report)) == 2 + len(report.figures)
@@ -60,6 +60,6 @@ def test_the_goal_on_held_out_runs(report: Report) -> None:
     assert tpot is not None and tpot <= 0.10
     assert ttft is not None and ttft <= 0.20
     for f in report.figures:
-        if f.metric == "max_rate":
+        if f.metric == "max_rate" and f.stat == "at SLO":  # MLPerf Server, H100 and L40S
             err = f.err()
             assert err is not None and abs(err) <= 0.15, f.run
