@@ -122,20 +122,22 @@ def plan(
     from bench.load.result import load_result, make_plan
 
     slo = _slo(slo_p95_step_s, slo_p95_step)
+    gpu_lines: list[str] = []
     if hardware:
         from bench.load.gpuplan import plan_command
 
         try:
-            lines = plan_command(
+            gpu_lines = plan_command(
                 hardware, model_id, tp, weights_dtype, kv_dtype, workload, agents, slo,
                 gpu_cost_per_hour, cliff_plot,
             )  # fmt: skip
         except BenchError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
-        for line in lines:
+        for line in gpu_lines:
             typer.echo(line)
-        return
+        if result_json is None:
+            return
     if result_json is None:
         typer.echo("error: give a result.json, or --hardware to plan a GPU fleet", err=True)
         raise typer.Exit(2)
@@ -174,6 +176,7 @@ def plan(
         for line in lines:
             typer.echo(line)
     result.plan = p
+    result.gpu_plan = gpu_lines  # the modelled GPU plan beside the measured one (--hardware)
     if out:
         from bench.load.report import write_report
 

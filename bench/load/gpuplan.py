@@ -353,7 +353,7 @@ def plan_command(
     return lines
 
 
-def main() -> None:
+def run() -> None:
     """``python -m bench.load.gpuplan --cliff-plot OUT --model M --hardware h100,h200 --top N``
     [--workload FILE]: the KV-cliff plot (modelled) for several replica kinds."""
     import argparse
@@ -378,4 +378,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -261,7 +261,7 @@ def table_lines(rep: Report) -> list[str]:
     return rows
 
 
-def main() -> None:
+def run() -> None:
     """``python -m bench.load.published [TABLE]``: the per-figure table and the summary."""
     import sys
 
@@ -277,4 +277,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -93,3 +93,16 @@ def test_cpu_plan_still_extrapolates_within_15_percent() -> None:
     for what in ("p95_s", "steps_per_s"):
         worst = val.worst(what)
         assert worst is not None and worst <= 0.15, (what, worst)
+
+
+@pytest.mark.skipif(not SWEEP.is_file(), reason="the committed CPU sweep is not here")
+def test_both_plans_in_one_report(tmp_path: Path) -> None:
+    from bench.cli import app
+
+    r = CliRunner().invoke(app, ["plan", str(SWEEP), "--agents", "100", "--slo-p95-step-s",
+                                 "10", "--hardware", "h100", "--model", "Qwen/Qwen3-8B",
+                                 "--out", str(tmp_path)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "plan: 16 agents/replica" in r.output  # the measured plan, as before
+    html = (tmp_path / "report.html").read_text()
+    assert "GPU fleet plan (modelled" in html and "Capacity plan" in html
