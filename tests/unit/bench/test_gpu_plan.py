@@ -106,3 +106,27 @@ def test_both_plans_in_one_report(tmp_path: Path) -> None:
     assert "plan: 16 agents/replica" in r.output  # the measured plan, as before
     html = (tmp_path / "report.html").read_text()
     assert "GPU fleet plan (modelled" in html and "Capacity plan" in html
+
+
+def test_the_gpu_iteration_runs_in_the_cpu_plans_simulator() -> None:
+    """One model: the roofline iteration, linearised to the CPU plan's three costs
+    (`EngineModel`), simulated iteration by iteration (`bench.load.simulate`), gives the
+    analytic agent model's step latency (32 agents on an H100, every context cached)."""
+    from bench.load.roofline import linearised
+    from bench.load.scenario import parse_distribution
+    from bench.load.simulate import EngineModel, StepShape, Workload, simulate
+
+    spec = ReplicaSpec(get_hardware("h100"), load_architecture("Qwen/Qwen3-8B"))
+    c = fit_coefficients()
+    s = _Model(spec, c).state(WL, 32)
+    assert s.steady is not None and s.hit > 0.99
+    ctx = round(WL.mean_context())
+    it, per_seq, per_tok = linearised(spec, c, round(s.steady.decode_seqs), ctx)
+    engine = EngineModel(it, per_seq, per_tok, c.request_s + c.request_token_s * ctx, 8192)
+    new = [WL.first_prompt_tokens] + [WL.tool_result_tokens] * (WL.steps - 1)
+    shapes = [[StepShape(round(WL.context(j)), round(WL.context(j)) - new[j], 150)]
+              for j in range(WL.steps)]  # fmt: skip
+    sim = simulate(engine, Workload(32, 4, shapes, parse_distribution(WL.tool_pause).sampler()))
+    mean = sum(sim.latencies) / len(sim.latencies)
+    assert mean == pytest.approx(s.p50_step_s, rel=0.10)
+    assert 32 / (mean + WL.pause().mean()) == pytest.approx(s.steps_per_s, rel=0.10)
