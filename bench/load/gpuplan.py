@@ -258,7 +258,7 @@ def error_bars(validation: Path | None) -> list[str]:
 
 def cliff_plot(
     specs: list[ReplicaSpec], wl: AgentWorkload, top: int, out: Path,
-    coeffs: Coefficients | None = None,
+    coeffs: Coefficients | None = None, slo_s: float | None = None,
 ) -> Path:  # fmt: skip
     """Hit rate and p95 step against agents a replica, one line per replica kind."""
     import matplotlib
@@ -269,11 +269,17 @@ def cliff_plot(
     coeffs = coeffs or fit_coefficients()
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     for spec in specs:
-        states = curve(_Model(spec, coeffs), wl, top, points=40)
+        states = curve(_Model(spec, coeffs), wl, top, points=48)
         ok = [s for s in states if s.feasible]
+        held = [s for s in states if s.steady is not None]  # KV-capacity points too
         label = f"{spec.tp}x {spec.hardware.name.replace('NVIDIA ', '')}"
-        a1.plot([s.agents for s in ok], [100 * s.hit for s in ok], marker=".", label=label)
-        a2.plot([s.agents for s in ok], [s.p95_step_s for s in ok], marker=".", label=label)
+        line = a1.plot([s.agents for s in held], [100 * s.hit for s in held], marker=".",
+                       label=label)[0]  # fmt: skip
+        a2.plot([s.agents for s in ok], [s.p95_step_s for s in ok], marker=".", label=label,
+                color=line.get_color())  # fmt: skip
+    if slo_s is not None:
+        a2.axhline(slo_s, color="grey", linestyle="--", linewidth=1)
+        a2.text(1, slo_s * 1.08, f"SLO p95 step {slo_s:g} s", fontsize=7, color="grey")
     a1.set_ylabel("resumed steps hitting\nthe prefix cache (%)")
     a2.set_ylabel("p95 step (s)")
     a2.set_yscale("log")
@@ -349,7 +355,7 @@ def plan_command(
         lines = gpu_plan(spec, wl, agents, slo_s, coeffs, cost_per_hour).lines()
         if plot is not None:
             top = max(64, 4 * (gpu_plan(spec, wl, agents, slo_s, coeffs).per_replica or 16))
-            lines.append(f"wrote {cliff_plot([spec], wl, top, plot, coeffs)}")
+            lines.append(f"wrote {cliff_plot([spec], wl, top, plot, coeffs, slo_s)}")
     return lines
 
 
@@ -368,13 +374,14 @@ def run() -> None:
     ap.add_argument("--hardware", default="h100,h200,l40s")
     ap.add_argument("--top", type=int, default=1000)
     ap.add_argument("--workload", type=Path)
+    ap.add_argument("--slo-p95-step-s", type=float, default=10.0)
     a = ap.parse_args()
     wl = load_workload(a.workload) if a.workload else DEFAULT_WORKLOAD
     if not isinstance(wl, AgentWorkload):
         raise SystemExit("the cliff plot needs an agents workload")
     arch = load_architecture(a.model)
     specs = [ReplicaSpec(get_hardware(h), arch) for h in a.hardware.split(",")]
-    print(f"wrote {cliff_plot(specs, wl, a.top, a.cliff_plot)}")
+    print(f"wrote {cliff_plot(specs, wl, a.top, a.cliff_plot, slo_s=a.slo_p95_step_s)}")
 
 
 if __name__ == "__main__":

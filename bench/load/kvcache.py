@@ -114,7 +114,8 @@ def agent_state(
             return AgentState(agents, hit, _token_hit(wl, hit), rate, tau, free, None, st.why)
         free = kv_capacity - st.running_kv_tokens - wl.shared_prefix_tokens
         if free <= 0:
-            return AgentState(agents, hit, _token_hit(wl, hit), rate, 0.0, free, st, "KV capacity")
+            # no free KV: no paused context survives, the running ones do not fit
+            return AgentState(agents, 0.0, _token_hit(wl, 0.0), rate, 0.0, free, st, "KV capacity")
         inflow = rate * (unc + wl.output_tokens)
         tau = free / inflow if inflow > 0 else math.inf
         new_hit = pause.below(tau)
