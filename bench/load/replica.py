@@ -7,10 +7,10 @@ tokens to decode, an iteration of ``t`` seconds carries (Little's law)
     B = rate x output x t      decoding sequences        P = rate x uncached x t   prefill tokens
 
 and costs ``t = step(B, P, their contexts)`` (`bench.load.roofline`, or BLIS's coefficients).
-The smallest fixed point is found by iterating from an idle step (the sequence rises to it);
-none below ``MAX_ITER_S``, or B + P past the token budget, or B past ``max_num_seqs``: the
-replica is saturated at that rate. ``load`` = dt/dt' at the fixed point: the share of an
-iteration that grows with the load, 1 at saturation.
+The smallest fixed point is found by Newton's method from an idle step (the iterates rise
+to it); none below ``MAX_ITER_S``, a slope of 1 or more, B + P past the token budget, or B
+past ``max_num_seqs``: the replica is saturated at that rate. ``load`` = dt/dt' at the
+fixed point: the share of an iteration that grows with the load, 1 at saturation.
 
 Latencies (each request sees the steady iteration):
 
@@ -78,15 +78,21 @@ def batch_at(tr: Traffic, t: float) -> Batch:
 
 
 def solve(step: StepFn, tr: Traffic, budget: int, max_seqs: int) -> Steady | Saturated:
+    # Newton on g(t) = step(batch(t)) - t from the idle step: g is convex (its terms grow
+    # linearly or faster with t), so the iterates rise monotonically to the smallest root
     t = step(Batch(0.0, 0.0))
-    for _ in range(5000):
-        nxt = step(batch_at(tr, t))
-        if nxt > MAX_ITER_S:
-            return Saturated("step time")
-        if abs(nxt - t) <= 1e-7 * t:
-            t = nxt
+    for _ in range(200):
+        ft = step(batch_at(tr, t))
+        g = ft - t
+        if g <= 1e-9 * t:
             break
-        t = nxt
+        dt = t * 1e-4
+        slope = (step(batch_at(tr, t + dt)) - ft) / dt
+        if slope >= 1.0:
+            return Saturated("step time")
+        t += g / (1.0 - slope)
+        if t > MAX_ITER_S:
+            return Saturated("step time")
     else:
         return Saturated("step time")
     b = batch_at(tr, t)
