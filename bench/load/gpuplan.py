@@ -303,36 +303,66 @@ def cliff_plot(
 def request_plan(
     spec: ReplicaSpec, wl: RequestWorkload, slo_s: float, coeffs: Coefficients
 ) -> list[str]:
-    """Replicas for ``wl.rate`` requests a second: the largest rate one replica serves with
-    the modelled p95 end-to-end request (a multi-turn session: each turn) within ``slo_s``."""
-    from bench.load.replica import Saturated, Traffic, latency, max_rate, solve
+    """Replicas for ``wl.rate`` arrivals a second: the largest rate one replica serves with
+    the modelled p95 end-to-end request (a session: each turn) within ``slo_s``. A later
+    turn finds the session's context cached if the think time is shorter than the cache's
+    reach (``tau``, as for agents: `bench.load.kvcache`); else it prefills it again."""
+    from bench.load.replica import Saturated, Steady, Traffic, latency, max_rate, solve
+    from bench.load.workload import PauseDist
 
-    prompt = sum(wl.context(t) for t in range(wl.turns)) / wl.turns
-    uncached = wl.input_tokens + (wl.shared_prefix_tokens if wl.turns == 1 else 0)
+    turns = wl.turns
+    prompt = sum(wl.context(t) for t in range(turns)) / turns
+    think = PauseDist.of(wl.think) if wl.think else None
+    kv = spec.kv_capacity_tokens()
+
+    def uncached(hit: float) -> float:
+        first = wl.input_tokens + wl.shared_prefix_tokens * (1.0 if turns == 1 else 0.0)
+        later = [hit * wl.input_tokens + (1 - hit) * (wl.context(t) - wl.shared_prefix_tokens)
+                 for t in range(1, turns)]  # fmt: skip
+        return (first + sum(later)) / turns
 
     def over(p: float) -> float:
         return coeffs.request_s + coeffs.request_token_s * p
 
+    def state(rate: float) -> tuple[Steady, Traffic, float] | None:
+        hit = 1.0
+        for _ in range(60):
+            tr = Traffic(rate * turns, prompt, uncached(hit), wl.output_tokens)
+            st = solve(lambda b: step_s(spec, coeffs, b), tr, spec.token_budget, spec.max_seqs)
+            if isinstance(st, Saturated):
+                return None
+            free = kv - st.running_kv_tokens - wl.shared_prefix_tokens
+            if free <= 0:
+                return None
+            if think is None or turns == 1:
+                return st, tr, 1.0
+            tau = free / (tr.rate * (tr.uncached + wl.output_tokens))
+            new = think.below(tau)
+            if abs(new - hit) < 1e-4:
+                return st, tr, new
+            hit = new
+        return None  # no settled hit rate: treat as not served
+
     def ok(rate: float) -> bool:
-        tr = Traffic(rate * wl.turns, prompt, uncached, wl.output_tokens)
-        st = solve(lambda b: step_s(spec, coeffs, b), tr, spec.token_budget, spec.max_seqs)
-        if isinstance(st, Saturated):
+        got = state(rate)
+        if got is None:
             return False
-        kv_ok = st.running_kv_tokens <= spec.kv_capacity_tokens()
-        lat = latency(st, tr, over, spec.token_budget, 0.95, output=wl.out_p95())
-        return kv_ok and lat.e2e_s <= slo_s
+        st, tr, _ = got
+        return latency(st, tr, over, spec.token_budget, 0.95, output=wl.out_p95()).e2e_s <= slo_s
 
     best = max_rate(ok)
     out = [
         f"GPU plan (MODELLED, not measured: no GPU ran this) for {spec.tp} x {spec.hardware.name}",
         f"  replica: {spec.describe()}",
         f"  workload: {wl.describe()}",
+        f"  replica model: {coeffs.describe()}; fitted on {coeffs.fitted_on}",
         f"  one replica: {best:.2f} arrivals/s with p95 request <= {slo_s:g} s",
     ]
+    got = state(best) if best > 0 else None
+    if got is not None and turns > 1:
+        out.append(f"  at that rate later turns find the session cached {got[2]:.0%} of the time")
     if wl.rate and best > 0:
         out.append(f"  plan: {wl.rate:g}/s need {math.ceil(wl.rate / best)} replica(s)")
-    if wl.turns > 1:
-        out.append("  note: later turns assumed cached (think time within the cache's reach)")
     return out
 
 

@@ -130,3 +130,21 @@ def test_the_gpu_iteration_runs_in_the_cpu_plans_simulator() -> None:
     mean = sum(sim.latencies) / len(sim.latencies)
     assert mean == pytest.approx(s.p50_step_s, rel=0.10)
     assert 32 / (mean + WL.pause().mean()) == pytest.approx(s.steps_per_s, rel=0.10)
+
+
+def test_open_loop_requests_and_sessions(tmp_path: Path) -> None:
+    from bench.cli import app
+
+    one = tmp_path / "req.yaml"
+    one.write_text("kind: requests\nrate: 40\ninput_tokens: 1024\noutput_tokens: 128\n")
+    sess = tmp_path / "sess.yaml"
+    sess.write_text("kind: requests\nrate: 5\ninput_tokens: 500\noutput_tokens: 200\n"
+                    "turns: 8\nthink: fixed:1\nshared_prefix_tokens: 1000\n")  # fmt: skip
+    for wl, cached in ((one, False), (sess, True)):
+        r = CliRunner().invoke(app, ["plan", "--hardware", "h100", "--model", "Qwen/Qwen3-8B",
+                                     "--agents", "1", "--slo-p95-step", "10s",
+                                     "--workload", str(wl)])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        assert "arrivals/s with p95 request <= 10 s" in r.output and "replica(s)" in r.output
+        # a 1 s think is well within the cache's reach: later turns cached
+        assert ("find the session cached 100%" in r.output) == cached
