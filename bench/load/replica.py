@@ -6,7 +6,8 @@ tokens to decode, an iteration of ``t`` seconds carries (Little's law)
 
     B = rate x output x t      decoding sequences        P = rate x uncached x t   prefill tokens
 
-and costs ``t = step(B, P, their contexts)`` (`bench.load.roofline`, or BLIS's coefficients).
+and costs ``t = step(B, P, their contexts)`` (`bench.load.roofline`, or BLIS's coefficients;
+averaged over decode-only iterations and those carrying prefill chunks: `mixed_step`).
 The smallest fixed point is found by Newton's method from an idle step (the iterates rise
 to it); none below ``MAX_ITER_S``, a slope of 1 or more, B + P past the token budget, or B
 past ``max_num_seqs``: the replica is saturated at that rate. ``load`` = dt/dt' at the
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.load.roofline import Batch
 
@@ -77,20 +78,48 @@ def batch_at(tr: Traffic, t: float) -> Batch:
     )
 
 
+def mixed_step(step: StepFn, tr: Traffic, t: float, budget: int) -> float:
+    """The mean iteration at ``t``: prefill comes in chunks, one request's in ceil(uncached /
+    room) iterations, so a share ``phi`` of the iterations carries all the prefill tokens and
+    the rest only decodes. Same as one average batch where the cost is linear in tokens; not
+    for an MoE, whose experts read grows concavely with the tokens of one iteration."""
+    b = batch_at(tr, t)
+    if 0 < b.decode_seqs < 1:  # an idle engine runs no iterations: a busy one decodes >= 1
+        b = replace(b, decode_seqs=1.0, decode_context=b.decode_context / b.decode_seqs)
+    if b.prefill_tokens <= 0:
+        return step(b)
+    chunks = max(1, math.ceil(tr.uncached / max(1.0, budget - b.decode_seqs)))
+    phi = min(1.0, tr.rate * t * chunks)
+    if phi >= 1.0:
+        return step(b)
+    dec = Batch(b.decode_seqs, b.decode_context)
+    pre = Batch(
+        b.decode_seqs, b.decode_context, b.prefill_tokens / phi, b.prefill_context / phi,
+        b.prefill_seqs / phi, b.prefill_kv_read / phi,
+    )  # fmt: skip
+    return (1 - phi) * step(dec) + phi * step(pre)
+
+
 def solve(step: StepFn, tr: Traffic, budget: int, max_seqs: int) -> Steady | Saturated:
-    # Newton on g(t) = step(batch(t)) - t from the idle step: g is convex (its terms grow
-    # linearly or faster with t), so the iterates rise monotonically to the smallest root
+    # Newton on g(t) = step(batch(t)) - t from the idle step, safeguarded by bisection
+    # (an MoE's expert reads grow concavely with the batch: Newton can step past the root)
     t = step(Batch(0.0, 0.0))
+    lo, hi = 0.0, math.inf  # g > 0 at lo, g < 0 at hi
     for _ in range(200):
-        ft = step(batch_at(tr, t))
+        ft = mixed_step(step, tr, t, budget)
         g = ft - t
-        if g <= 1e-9 * t:
+        if abs(g) <= 1e-7 * t:
             break
+        if g > 0:
+            lo = t
+        else:
+            hi = t
         dt = t * 1e-4
-        slope = (step(batch_at(tr, t + dt)) - ft) / dt
-        if slope >= 1.0:
-            return Saturated("step time")
-        t += g / (1.0 - slope)
+        slope = (mixed_step(step, tr, t + dt, budget) - ft) / dt
+        nxt = t + g / (1.0 - slope) if slope < 1.0 else math.inf
+        if not lo < nxt < hi:  # past a known bracket, or no root in sight yet: widen
+            nxt = 2 * t if math.isinf(hi) else (lo + hi) / 2
+        t = nxt
         if t > MAX_ITER_S:
             return Saturated("step time")
     else:
@@ -101,7 +130,7 @@ def solve(step: StepFn, tr: Traffic, budget: int, max_seqs: int) -> Steady | Sat
     if b.decode_seqs + b.prefill_tokens > budget:
         return Saturated("token budget")
     dt = t * 1e-3
-    load = min(0.999, max(0.0, (step(batch_at(tr, t + dt)) - t) / dt))
+    load = min(0.999, max(0.0, (mixed_step(step, tr, t + dt, budget) - t) / dt))
     return Steady(
         iter_s=t,
         decode_seqs=b.decode_seqs,
