@@ -148,3 +148,14 @@ def test_open_loop_requests_and_sessions(tmp_path: Path) -> None:
         assert "arrivals/s with p95 request <= 10 s" in r.output and "replica(s)" in r.output
         # a 1 s think is well within the cache's reach: later turns cached
         assert ("find the session cached 100%" in r.output) == cached
+
+
+def test_one_agent_on_an_moe_reads_only_its_experts() -> None:
+    """A busy iteration decodes at least one sequence: one agent on Qwen3-30B-A3B reads the
+    8 experts its token picks, about the active weights (3.04 B x 2 bytes), not all 128."""
+    a = load_architecture("Qwen/Qwen3-30B-A3B")
+    c = fit_coefficients()
+    s = _Model(ReplicaSpec(get_hardware("h100"), a), c).state(WL, 1)
+    active = a.active_params * 2 / (3.35e12 * c.bandwidth_eff)
+    assert s.tpot_s == pytest.approx(active, rel=0.10)
+    assert s.tpot_s < a.total_params * 2 / (3.35e12 * c.bandwidth_eff) / 5
