@@ -16,6 +16,17 @@ A black box: everything here talks HTTP to an OpenAI-compatible endpoint and nev
 - ``runner``    the sweep: arms (ours, baseline, unconstrained) interleaved per level
 - ``process_cpu`` CPU seconds by process of a server during a run (snapshot, diff)
 
+The GPU fleet plan (``bench plan --hardware``), modelled - no GPU runs here:
+
+- ``hardware``  datasheet profiles (H100, H200, A100, L40S, B200, ...)
+- ``architecture`` a model's config.json (shipped ones under ``data/architectures``)
+- ``roofline``  one iteration's roofline terms and the coefficients fitted on them
+- ``replica``   one replica's steady state under a request stream (TTFT, TPOT, e2e)
+- ``kvcache``   KV capacity and the prefix cache under paused agents (the cliff)
+- ``workload``  the workload file: closed-loop agents or open-loop requests
+- ``gpuplan``   replicas for N agents, the binding limit, cost, the cliff plot
+- ``published`` the check against published GPU runs, BLIS's coefficients beside it
+
 Exceptions: ``BenchError`` is the root; ``ScenarioError`` (bad scenario or trace file)
 and ``TargetError`` (the endpoint cannot be reached at all) derive from it.
 """

@@ -58,9 +58,30 @@ def pauses(
 
 
 def plan(
-    result_json: Path = typer.Argument(..., exists=True, help="result.json of an agents run."),
+    result_json: Path | None = typer.Argument(
+        None, exists=True, help="result.json of an agents run (not with --hardware)."
+    ),
     agents: int = typer.Option(..., min=1, help="N: agents to serve."),
-    slo_p95_step_s: float = typer.Option(..., help="SLO: p95 step latency (s)."),
+    slo_p95_step_s: float | None = typer.Option(None, help="SLO: p95 step latency (s)."),
+    slo_p95_step: str | None = typer.Option(None, help="The same as a duration: 10s, 2.5s."),
+    hardware: str | None = typer.Option(
+        None, help="Plan a GPU fleet from the replica model: h100|h200|a100|l40s|b200|..."
+    ),
+    model_id: str | None = typer.Option(
+        None, "--model", help="With --hardware: HF id (shipped config.json) or model folder."
+    ),
+    tp: int = typer.Option(1, min=1, help="With --hardware: tensor-parallel GPUs a replica."),
+    weights_dtype: str = typer.Option("bf16", help="With --hardware: bf16|fp8|..."),
+    kv_dtype: str = typer.Option("bf16", help="With --hardware: KV-cache dtype."),
+    workload: Path | None = typer.Option(
+        None, exists=True, help="With --hardware: workload YAML (agents or requests)."
+    ),
+    gpu_cost_per_hour: float | None = typer.Option(
+        None, min=0, help="With --hardware: price of one GPU-hour (cost per 1,000 tasks)."
+    ),
+    cliff_plot: Path | None = typer.Option(
+        None, help="With --hardware: write the KV-cliff plot (PNG) here."
+    ),
     min_goodput: float | None = typer.Option(None, help="Use goodput >= this instead of p95."),
     arm: str = typer.Option("ours", help="Which arm of the result to plan for."),
     replica_cost_per_hour: float | None = typer.Option(
@@ -100,6 +121,26 @@ def plan(
     --fit/--holdout, fit the replica model, check it on the held-out levels and plan with it."""
     from bench.load.result import load_result, make_plan
 
+    slo = _slo(slo_p95_step_s, slo_p95_step)
+    gpu_lines: list[str] = []
+    if hardware:
+        from bench.load.gpuplan import plan_command
+
+        try:
+            gpu_lines = plan_command(
+                hardware, model_id, tp, weights_dtype, kv_dtype, workload, agents, slo,
+                gpu_cost_per_hour, cliff_plot,
+            )  # fmt: skip
+        except BenchError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        for line in gpu_lines:
+            typer.echo(line)
+        if result_json is None:
+            return
+    if result_json is None:
+        typer.echo("error: give a result.json, or --hardware to plan a GPU fleet", err=True)
+        raise typer.Exit(2)
     try:
         result = load_result(result_json)
     except Exception as exc:
@@ -108,7 +149,7 @@ def plan(
     if arm not in result.arms():
         typer.echo(f"error: no arm {arm!r} in {result_json} (has {result.arms()})", err=True)
         raise typer.Exit(2)
-    p = make_plan(result, agents, slo_p95_step_s, min_goodput, arm, replica_cost_per_hour)
+    p = make_plan(result, agents, slo, min_goodput, arm, replica_cost_per_hour)
     print_plan(p)
     typer.echo(p.line())
     if fit or holdout:
@@ -118,7 +159,7 @@ def plan(
             fit=[int(x) for x in parse_levels(fit)] if fit else None,
             holdout=[int(x) for x in parse_levels(holdout)] if holdout else [],
             agents=agents,
-            slo_p95_step_s=slo_p95_step_s,
+            slo_p95_step_s=slo,
             slo_p95_task_s=slo_p95_task_s,
             tool_latency=tool_latency,
             context_growth=context_growth,
@@ -135,11 +176,24 @@ def plan(
         for line in lines:
             typer.echo(line)
     result.plan = p
+    result.gpu_plan = gpu_lines  # the modelled GPU plan beside the measured one (--hardware)
     if out:
         from bench.load.report import write_report
 
         for path in write_report(result, out):
             typer.echo(f"wrote {path}")
+
+
+def _slo(seconds: float | None, text: str | None) -> float:
+    if text:
+        t = text.strip().lower().removesuffix("s")
+        try:
+            return float(t[:-1]) / 1000 if t.endswith("m") else float(t)
+        except ValueError:
+            raise typer.BadParameter(f"--slo-p95-step: not a duration: {text!r}") from None
+    if seconds is None:
+        raise typer.BadParameter("give --slo-p95-step-s (or --slo-p95-step 10s)")
+    return seconds
 
 
 def replica_pairs(spec: str | None) -> list[tuple[int, int]]:

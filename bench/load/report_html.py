@@ -116,6 +116,11 @@ def render_html(result: RunResult, plots: list[Path]) -> str:
         ]
     if result.validation or result.capacity:
         parts += _model_html(result)
+    if result.gpu_plan:
+        parts += [
+            "<h2>GPU fleet plan (modelled from datasheets and config.json, not measured)</h2>",
+            "<pre>" + h("\n".join(result.gpu_plan)) + "</pre>",
+        ]
     if result.requests:
         parts += ["<h2>Request level: vllm bench serve</h2>", _requests_html(result.requests)]
     if result.notes:

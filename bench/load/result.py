@@ -62,6 +62,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     validation: Validation | None = None  # the replica model against held-out levels
     capacity: CapacityPlan | None = None  # the modelled plan (bench plan --fit ...)
+    gpu_plan: list[str] = field(default_factory=list)  # bench plan --hardware: MODELLED lines
 
     def arms(self) -> list[str]:
         seen: list[str] = []

@@ -1,0 +1,1 @@
+"""Vendored data of the GPU plan (config.json figures of shipped architectures)."""

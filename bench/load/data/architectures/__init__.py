@@ -1,0 +1,1 @@
+"""config.json architecture fields of shipped models, each citing its model card."""
