@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import typer
+
 from bench.load import BenchError
 from bench.load.kvcache import AgentState, agent_state
 from bench.load.roofline import Coefficients, ReplicaSpec, fit_coefficients, step_s, step_terms
@@ -389,29 +391,30 @@ def plan_command(
     return lines
 
 
-def run() -> None:
+def cliff_plot_command(
+    cliff_plot_path: Path = typer.Option(..., "--cliff-plot", help="where the PNG goes"),
+    model: str = typer.Option("Qwen/Qwen3-8B"),
+    hardware: str = typer.Option("h100,h200,l40s", help="replica kinds, comma-separated"),
+    top: int = typer.Option(1000, help="agents up to"),
+    workload: Path | None = typer.Option(None),
+    slo_p95_step_s: float = typer.Option(10.0),
+) -> None:
     """``python -m bench.load.gpuplan --cliff-plot OUT --model M --hardware h100,h200 --top N``
     [--workload FILE]: the KV-cliff plot (modelled) for several replica kinds."""
-    import argparse
-
     from bench.load.architecture import load_architecture
     from bench.load.hardware import get_hardware
     from bench.load.workload import load_workload
 
-    ap = argparse.ArgumentParser(prog="python -m bench.load.gpuplan")
-    ap.add_argument("--cliff-plot", type=Path, required=True)
-    ap.add_argument("--model", default="Qwen/Qwen3-8B")
-    ap.add_argument("--hardware", default="h100,h200,l40s")
-    ap.add_argument("--top", type=int, default=1000)
-    ap.add_argument("--workload", type=Path)
-    ap.add_argument("--slo-p95-step-s", type=float, default=10.0)
-    a = ap.parse_args()
-    wl = load_workload(a.workload) if a.workload else DEFAULT_WORKLOAD
+    wl = load_workload(workload) if workload else DEFAULT_WORKLOAD
     if not isinstance(wl, AgentWorkload):
-        raise SystemExit("the cliff plot needs an agents workload")
-    arch = load_architecture(a.model)
-    specs = [ReplicaSpec(get_hardware(h), arch) for h in a.hardware.split(",")]
-    print(f"wrote {cliff_plot(specs, wl, a.top, a.cliff_plot, slo_s=a.slo_p95_step_s)}")
+        raise typer.BadParameter("the cliff plot needs an agents workload")
+    arch = load_architecture(model)
+    specs = [ReplicaSpec(get_hardware(h), arch) for h in hardware.split(",")]
+    print(f"wrote {cliff_plot(specs, wl, top, cliff_plot_path, slo_s=slo_p95_step_s)}")
+
+
+def run() -> None:
+    typer.run(cliff_plot_command)
 
 
 if __name__ == "__main__":
