@@ -99,6 +99,8 @@ def check_weather_answer(report: dict[str, Any], value: int) -> Verdict:
         return Verdict(False, f"error: {str(report['error'])[:200]}")
     if not _tool_ran(report):
         return Verdict(False, "the tool never ran")
+    if report.get("answer") is None and report.get("gave_up"):
+        return Verdict(False, str(report["gave_up"]))
     return states_number(report.get("answer"), value)
 
 

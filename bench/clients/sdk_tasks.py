@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 TIMEOUT_S = 1200.0
 MAX_CALLS = 4  # model calls per run: a call, the answer, two spare
+GAVE_UP = f"no answer in {MAX_CALLS} model calls: each was a tool call"
 QUESTION = "What is the weather in Paris right now? Use the get_weather tool."
 DESCRIPTION = "The current weather in a city: temperature in degrees Celsius and conditions."
 PARAMETERS = {
@@ -97,7 +98,7 @@ def openai_chat(model: str, task: Task) -> dict[str, Any]:
         for c in pending.values():
             result = task.call(c["arguments"]) if c["name"] == "get_weather" else "error: no tool"
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": result})
-    return {"answer": None, "model_calls": MAX_CALLS, "error": "no answer after the calls"}
+    return {"answer": None, "model_calls": MAX_CALLS, "gave_up": GAVE_UP}
 
 
 def openai_responses(model: str, task: Task) -> dict[str, Any]:
@@ -124,7 +125,7 @@ def openai_responses(model: str, task: Task) -> dict[str, Any]:
                           "arguments": fc.arguments})  # fmt: skip
             result = task.call(fc.arguments) if fc.name == "get_weather" else "error: no tool"
             items.append({"type": "function_call_output", "call_id": fc.call_id, "output": result})
-    return {"answer": None, "model_calls": MAX_CALLS, "error": "no answer after the calls"}
+    return {"answer": None, "model_calls": MAX_CALLS, "gave_up": GAVE_UP}
 
 
 def anthropic_messages(model: str, task: Task) -> dict[str, Any]:
@@ -155,7 +156,7 @@ def anthropic_messages(model: str, task: Task) -> dict[str, Any]:
             for u in uses
         ]  # fmt: skip
         messages.append({"role": "user", "content": results})
-    return {"answer": None, "model_calls": MAX_CALLS, "error": "no answer after the calls"}
+    return {"answer": None, "model_calls": MAX_CALLS, "gave_up": GAVE_UP}
 
 
 async def agents_output(model: str, task: Task) -> dict[str, Any]:

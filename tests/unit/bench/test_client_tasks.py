@@ -76,6 +76,8 @@ def test_weather_round_trip_needs_the_tool_and_no_error() -> None:
     assert not check_weather_answer({**good, "tool_ran": []}, 23).done  # guessed right
     assert not check_weather_answer({**good, "error": "APIError: boom"}, 23).done
     assert not check_weather_answer(good, 32).done  # digits swapped
+    gave_up = {"answer": None, "tool_ran": ["Paris"] * 4, "gave_up": "no answer in 4 calls"}
+    assert check_weather_answer(gave_up, 23).why == "no answer in 4 calls"
 
 
 # --------------------------------------------------------------------------- Agents SDK
