@@ -101,6 +101,7 @@ class Exchange:
     total_s: float | None = None
     tool_calls: int = 0
     error: str | None = None
+    notes: dict[str, str] = field(default_factory=dict)  # the server's x-loopstack-* headers
     request_body: bytes = b""
     _buffer: bytes = field(default=b"", repr=False)
 
@@ -151,6 +152,7 @@ class Exchange:
             "total_s": _round(self.total_s),
             "tool_calls": self.tool_calls,
             "error": self.error,
+            "notes": self.notes,
         }
 
 
@@ -200,6 +202,7 @@ class MeasuringProxy:
                 ex.total_s = time.monotonic() - ex.started
                 return Response(ex.error, status_code=502)
             ex.status = r.status_code
+            ex.notes = {k: v for k, v in r.headers.items() if k.lower().startswith("x-loopstack-")}
             back = {k: v for k, v in r.headers.items() if k.lower() not in _HOP_BACK}
             ex.streamed = r.headers.get("content-type", "").startswith("text/event-stream")
             if not ex.streamed:

@@ -203,7 +203,7 @@ PACKAGES = {"openai-chat": "openai", "openai-responses": "openai", "anthropic": 
             "agents": "openai-agents"}  # fmt: skip
 
 
-def main(argv: list[str]) -> int:
+def run_task(argv: list[str]) -> int:
     client, model, value = argv[0], argv[1], int(argv[2])
     task = Task(value)
     report: dict[str, Any] = {"client": client, "version": version(PACKAGES[client])}
@@ -219,4 +219,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_task(sys.argv[1:]))

@@ -262,3 +262,55 @@ def test_a_missing_client_is_named(tmp_path: Path) -> None:
     with pytest.raises(runs.ClientMissing) as err:
         setup.binary("codex")
     assert err.value.client == "codex" and str(tmp_path / "npm") in err.value.path
+
+
+# --------------------------------------------------------------------------- through a socket
+
+
+def test_the_proxy_passes_answers_unchanged_and_measures_them() -> None:
+    """A fake upstream (a Starlette app on a socket) behind the real proxy."""
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    start = {"type": "message_start", "message": {"content": []}}
+    stream = _sse(start, {"type": "content_block_start", "content_block": {"type": "tool_use"}})
+
+    async def messages(request: Request) -> Response:
+        body = await request.json()
+        assert body == {"hello": "world"} and request.headers["x-api-key"] == "k"
+        return StreamingResponse(iter([stream[:30], stream[30:]]), media_type="text/event-stream",
+                                 headers={"x-loopstack-selection": "abstain"})  # fmt: skip
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "m"}]})
+
+    app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"]),
+                            Route("/v1/models", models)])  # fmt: skip
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        with proxy.running_proxy(f"http://127.0.0.1:{port}") as (measuring, root):
+            r = httpx.post(root + "/v1/messages", json={"hello": "world"},
+                           headers={"x-api-key": "k"})  # fmt: skip
+            assert r.status_code == 200 and r.content == stream
+            assert httpx.get(root + "/v1/models").json() == {"data": [{"id": "m"}]}
+            assert command.resolve_model(root + "/v1", "k", None) == "m"
+            first, listed, _ = measuring.since(0)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert first.model_request and first.streamed and first.tool_calls == 1
+    assert first.first_output_s is not None and first.notes == {"x-loopstack-selection": "abstain"}
+    assert json.loads(first.request_body) == {"hello": "world"}
+    assert not listed.model_request and listed.status == 200
