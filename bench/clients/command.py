@@ -75,6 +75,11 @@ def clients(
         None, help="The CLIs' npm prefix (default: $LOOPSTACK_NPM_CLIENTS or .npm-clients)."
     ),
     timeout_s: float = typer.Option(1200.0, help="A run is killed after this long."),
+    claude_idle_timeout_s: float | None = typer.Option(
+        None,
+        help="Claude Code's stream idle limit (CLAUDE_STREAM_IDLE_TIMEOUT_MS; its default "
+        "300 s, which a CPU prefill of its first prompt can exceed: it then retries).",
+    ),
     keep_requests: bool = typer.Option(
         False, help="Write every model request's body under OUT/requests/."
     ),
@@ -107,12 +112,15 @@ def clients(
         "clients": wanted,
         "targets": [{"name": t.name, "base_url": t.base_url, "model": t.model} for t in targets],
         "seed": seed,
+        "claude_idle_timeout_s": claude_idle_timeout_s,
     }
     records: list[RunRecord] = []
     keep = out / "requests" if keep_requests else None
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loopstack-cb-")))
-        run_setup = Setup(venv / "bin" / "python", prefix, workdir, timeout_s)
+        run_setup = Setup(
+            venv / "bin" / "python", prefix, workdir, timeout_s, claude_idle_timeout_s
+        )
         proxies = [stack.enter_context(running_proxy(root_url(t.base_url))) for t in targets]
         for client in wanted:
             for target, (proxy, proxy_root) in zip(targets, proxies, strict=True):

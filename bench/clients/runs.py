@@ -63,6 +63,10 @@ class Setup:
     npm_prefix: Path
     workdir: Path
     timeout_s: float
+    # Claude Code drops a stream after 300 s without an event and retries (its own
+    # CLAUDE_STREAM_IDLE_TIMEOUT_MS, 300 s at least); a CPU prefill of its first prompt can
+    # take longer. None: Claude Code's default, as a user meets it.
+    claude_idle_timeout_s: float | None = None
 
     def binary(self, client: str) -> Path:
         path = (
@@ -190,6 +194,8 @@ def run_claude(target: Target, proxy_root: str, setup_: Setup,
     token = draw_token(rng)
     (project / "note.txt").write_text(f"The secret word is {token}.\n")
     env = setup.claude_env(home, proxy_root, target.api_key, target.model)
+    if setup_.claude_idle_timeout_s:
+        env["CLAUDE_STREAM_IDLE_TIMEOUT_MS"] = str(int(setup_.claude_idle_timeout_s * 1000))
     argv = setup.claude_argv(claude, "Read note.txt and tell me the secret word in it.")
     code, out, err = _run(argv, env, project, setup_.timeout_s)
     lines = out.strip().splitlines()
