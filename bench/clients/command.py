@@ -80,6 +80,11 @@ def clients(
         help="Claude Code's stream idle limit (CLAUDE_STREAM_IDLE_TIMEOUT_MS; its default "
         "300 s, which a CPU prefill of its first prompt can exceed: it then retries).",
     ),
+    codex_flags: str = typer.Option(
+        "",
+        help="More Codex flags after the lean ones, shell-quoted (e.g. '--disable view_image"
+        " --enable omit_skill_descriptions').",
+    ),
     keep_requests: bool = typer.Option(
         False, help="Write every model request's body under OUT/requests/."
     ),
@@ -113,13 +118,19 @@ def clients(
         "targets": [{"name": t.name, "base_url": t.base_url, "model": t.model} for t in targets],
         "seed": seed,
         "claude_idle_timeout_s": claude_idle_timeout_s,
+        "codex_flags": codex_flags,
     }
     records: list[RunRecord] = []
     keep = out / "requests" if keep_requests else None
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loopstack-cb-")))
         run_setup = Setup(
-            venv / "bin" / "python", prefix, workdir, timeout_s, claude_idle_timeout_s
+            venv / "bin" / "python",
+            prefix,
+            workdir,
+            timeout_s,
+            claude_idle_timeout_s,
+            tuple(shlex.split(codex_flags)),
         )
         proxies = [stack.enter_context(running_proxy(root_url(t.base_url))) for t in targets]
         for client in wanted:

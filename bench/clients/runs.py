@@ -67,6 +67,7 @@ class Setup:
     # CLAUDE_STREAM_IDLE_TIMEOUT_MS, 300 s at least); a CPU prefill of its first prompt can
     # take longer. None: Claude Code's default, as a user meets it.
     claude_idle_timeout_s: float | None = None
+    codex_flags: tuple[str, ...] = ()  # more Codex flags, after the lean ones
 
     def binary(self, client: str) -> Path:
         path = (
@@ -163,7 +164,7 @@ def run_codex(target: Target, proxy_root: str, setup_: Setup,
     task = (f"Use apply_patch to create the file {CODEX_FILE} containing exactly this one "
             f"line: {content}\nThen tell me it is done.")  # fmt: skip
     setup.codex_home(home, proxy_root + "/v1", target.model)
-    argv = setup.codex_argv(codex, repo, target.model, task)
+    argv = setup.codex_argv(codex, repo, target.model, task, *setup_.codex_flags)
     code, out, err = _run(argv, setup.codex_env(home, target.api_key), repo, setup_.timeout_s)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     files = {p.name: p.read_text(errors="replace") for p in repo.iterdir() if p.is_file()}

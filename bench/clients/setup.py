@@ -74,9 +74,11 @@ def codex_env(home: Path, key: str) -> dict[str, str]:
     return env
 
 
-def codex_argv(codex: Path, repo: Path, model: str, task: str) -> list[str]:
+def codex_argv(codex: Path, repo: Path, model: str, task: str, *extra: str) -> list[str]:
+    """``extra``: more of Codex's flags (``--disable view_image``), before the task."""
     return [str(codex), "exec", "--json", "--ephemeral", "--color", "never",
-            "--skip-git-repo-check", *CODEX_LEAN, "-C", str(repo), "-m", model, task]  # fmt: skip
+            "--skip-git-repo-check", *CODEX_LEAN, *extra, "-C", str(repo), "-m", model,
+            task]  # fmt: skip
 
 
 def claude_env(home: Path, base_url: str, key: str, model: str) -> dict[str, str]:

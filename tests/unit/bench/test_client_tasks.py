@@ -314,3 +314,16 @@ def test_the_proxy_passes_answers_unchanged_and_measures_them() -> None:
     assert first.first_output_s is not None and first.notes == {"x-loopstack-selection": "abstain"}
     assert json.loads(first.request_body) == {"hello": "world"}
     assert not listed.model_request and listed.status == 200
+
+
+def test_cli_setups(tmp_path: Path) -> None:
+    from bench.clients import setup
+
+    argv = setup.codex_argv(Path("codex"), tmp_path, "m", "do it", "--disable", "view_image")
+    assert argv[-1] == "do it" and argv[argv.index("view_image") - 1] == "--disable"
+    assert argv.index("view_image") > argv.index('web_search="disabled"')  # after the lean ones
+    setup.codex_home(tmp_path / "home", "http://h/v1", "m")
+    toml = (tmp_path / "home" / "config.toml").read_text()
+    assert 'base_url = "http://h/v1"' in toml and 'wire_api = "responses"' in toml
+    env = setup.claude_env(tmp_path, "http://h", "k", "m")
+    assert env["ANTHROPIC_BASE_URL"] == "http://h" and env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "m"
