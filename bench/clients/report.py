@@ -15,8 +15,9 @@ from typing import Any
 from bench.clients.runs import RunRecord
 from bench.common import fmt_num, print_table
 
-HEADERS = ["target", "client", "done", "turns", "tool calls", "first token cold s",
-           "first token cached s", "wall s", "errors", "why (last failed run)"]  # fmt: skip
+HEADERS = ["target", "client", "done", "turns", "tool calls", "unanswered",
+           "first token cold s", "first token cached s", "wall s", "errors",
+           "why (last failed run)"]  # fmt: skip
 
 
 @dataclass
@@ -27,6 +28,7 @@ class ClientSummary:
     done: int
     turns_median: float | None
     tool_calls_median: float | None
+    unanswered: int  # over all runs
     first_token_cold_s: float | None
     first_token_cached_s: float | None
     wall_median_s: float | None
@@ -40,6 +42,7 @@ class ClientSummary:
             f"{self.done}/{self.runs}",
             fmt_num(self.turns_median, 1),
             fmt_num(self.tool_calls_median, 1),
+            str(self.unanswered),
             fmt_num(self.first_token_cold_s),
             fmt_num(self.first_token_cached_s),
             fmt_num(self.wall_median_s, 1),
@@ -70,6 +73,7 @@ def summarise(records: Sequence[RunRecord]) -> list[ClientSummary]:
                 done=sum(r.done for r in runs),
                 turns_median=_median([r.turns for r in runs]),
                 tool_calls_median=_median([r.tool_calls for r in runs]),
+                unanswered=sum(r.unanswered for r in runs),
                 first_token_cold_s=runs[0].first_token_s if runs[0].run == 1 else None,
                 first_token_cached_s=_median([r.first_token_s for r in runs if r.run > 1]),
                 wall_median_s=_median([r.wall_s for r in runs]),
@@ -96,7 +100,9 @@ def markdown(summaries: Sequence[ClientSummary], meta: dict[str, Any]) -> str:
     lines += [
         "",
         "done: runs the strict checker passed. turns: model requests the client made (the "
-        "proxy's count); tool calls: calls in the model's answers. First token: of the run's "
+        "proxy's count); tool calls: calls in the model's answers; unanswered: model requests "
+        "with no output back (dropped by the client before the first token, or failed), "
+        "over all runs. First token: of the run's "
         "first model request, from the request's arrival at the proxy to the first output "
         "event; cold is run 1 of this invocation, cached the median of the later runs. "
         "Medians over the runs.",

@@ -94,6 +94,9 @@ class RunRecord:
     first_token_s: float | None
     wall_s: float
     error: str | None = None
+    # model requests that brought no output back: dropped by the client before the first
+    # token (Claude Code's retries after its idle limit) or failed
+    unanswered: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -255,6 +258,7 @@ def run_once(client: str, target: Target, proxy: MeasuringProxy, proxy_root: str
         first_token_s=first_token(exchanges),
         wall_s=round(wall, 2),
         error=(str(report["error"])[:1000] if report.get("error") else None) or failed,
+        unanswered=sum(1 for e in model if e.first_output_s is None),
         requests=[e.summary() for e in model],
         detail=report,
     )

@@ -213,8 +213,10 @@ def test_proxy_reads_errors_and_whole_answers() -> None:
 
 def _record(target: str, client: str, run: int, done: bool, first: float | None,
             turns: int = 2, error: str | None = None) -> RunRecord:  # fmt: skip
-    return RunRecord(target, client, run, done, "ok" if done else "17 not in the answer", turns,
-                     1, first, 10.0 * run, error)  # fmt: skip
+    why = "ok" if done else "17 not in the answer"
+    unanswered = 1 if first is None else 0
+    return RunRecord(target, client, run, done, why, turns, 1, first, 10.0 * run, error,
+                     unanswered)  # fmt: skip
 
 
 def test_summary_cold_and_cached() -> None:
@@ -230,7 +232,7 @@ def test_summary_cold_and_cached() -> None:
     assert ours.turns_median == 2 and ours.wall_median_s == 20.0
     assert ours.last_failure == "17 not in the answer"
     assert base.first_token_cold_s is None and base.first_token_cached_s is None
-    assert base.done == 0 and base.errors == 1
+    assert base.done == 0 and base.errors == 1 and base.unanswered == 1 and ours.unanswered == 0
 
 
 def test_outputs_written(tmp_path: Path) -> None:
@@ -242,7 +244,7 @@ def test_outputs_written(tmp_path: Path) -> None:
     data = json.loads(paths[0].read_text())
     assert data["summary"][0]["done"] == 1 and len(data["runs"]) == 2
     md = paths[1].read_text()
-    assert "| loopstack | codex | 1/2 |" in md and "model `m`" in md
+    assert "| loopstack | codex | 1/2 | 2.0 | 1.0 | 1 |" in md and "model `m`" in md
     assert md == markdown(summarise(records), meta)
 
 
