@@ -329,3 +329,61 @@ def test_cli_setups(tmp_path: Path) -> None:
     assert 'base_url = "http://h/v1"' in toml and 'wire_api = "responses"' in toml
     env = setup.claude_env(tmp_path, "http://h", "k", "m")
     assert env["ANTHROPIC_BASE_URL"] == "http://h" and env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "m"
+
+
+# --------------------------------------------------------------------------- the command
+
+
+FAKE_SDK = """#!/bin/sh
+# A stand-in for the clients venv's python, run as `python sdk_tasks.py CLIENT MODEL VALUE`:
+# it answers with the drawn value ($4) in a sentence.
+printf '{"answer": "Paris is %s and foggy.", "tool_ran": ["Paris"]}' "ANSWER"
+"""
+
+
+@pytest.mark.parametrize(("answer", "done"), [("$4°C", "1/1"), ("not $4°C", "0/1")])
+def test_the_command_end_to_end_with_a_fake_client(tmp_path: Path, answer: str, done: str) -> None:
+    """`loopstack bench clients` through typer, the proxy and a fake SDK client that states
+    the drawn value (or negates it): the checker's verdict reaches both outputs."""
+    import threading
+    import time
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+    from typer.testing import CliRunner
+
+    from bench import cli
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "fake-model"}]})
+
+    app = Starlette(routes=[Route("/v1/models", models)])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"
+    fake.write_text(FAKE_SDK.replace("ANSWER", answer))
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    try:
+        res = CliRunner().invoke(cli.app, [
+            "clients", "--base-url", f"http://127.0.0.1:{port}/v1", "--runs", "1",
+            "--clients", "openai-chat", "--clients-venv", str(venv), "--out", str(out),
+        ])  # fmt: skip
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "result.json").read_text())
+    [run] = data["runs"]
+    assert data["targets"][0]["model"] == "fake-model"
+    assert f"| loopstack | openai-chat | {done} |" in (out / "results.md").read_text(), run
+    assert run["turns"] == 0 and run["detail"]["value"] in range(3, 39)
