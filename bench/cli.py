@@ -8,6 +8,8 @@ The load test (`bench.load`: HTTP to any OpenAI-compatible URL, never imports se
     loopstack bench plan DIR/result.json --agents N --slo-p95-step-s X [--replica-cost-per-hour P]
         [--fit 1,4,16 --holdout 8,12 --slo-p95-task-s Y --out DIR]   (bench.load.commands)
     loopstack bench pauses --pauses 0.1,1,10 --agents 1,4,16
+    loopstack bench clients --base-url URL [--runs 5] [--clients a,b] [--baseline-url URL]
+        (bench.clients: each real agent client on a small task, judged strictly)
 
 ``agents`` writes result.json, levels.csv, steps.csv, PNG plots and report.html into DIR;
 the last line it prints is a one-line summary with the batching gain and the plan.
@@ -35,7 +37,11 @@ from typing import Any
 
 import typer
 
+<<<<<<< HEAD
 from bench.commandline import PROG
+=======
+from bench.clients.command import clients as clients_cmd
+>>>>>>> h-clients
 from bench.common import DEFAULT_BASE_URL, api_key_or_env, parse_levels
 from bench.common import fmt_num as _x
 from bench.load import BenchError
@@ -375,6 +381,8 @@ def _print_levels(result: object) -> None:
 # the capacity commands live in bench.load.commands
 app.command()(plan)
 app.command()(pauses)
+# the client-task bench lives in bench.clients.command
+app.command("clients")(clients_cmd)
 
 
 # --- every other benchmark: `loopstack bench SUBJECT NAME [OPTIONS]` ---------------------

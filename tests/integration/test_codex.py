@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from bench.clients.setup import codex_argv, codex_env, codex_home
 from tests.clients.scripted_server import Launched
 from tests.integration.conftest import API_KEY, Server
 
@@ -38,9 +38,6 @@ TURNS = [
     json.dumps({"name": "apply_patch", "arguments": {"input": PATCH}}),
     "Done: I read hello.txt and added greeting.txt.",
 ]
-# What keeps Codex off the internet (and its first prompt a third shorter).
-LEAN = ["--disable", "plugins", "--disable", "apps", "--disable", "multi_agent",
-        "--disable", "goals", "-c", 'web_search="disabled"']  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -56,27 +53,6 @@ def codex() -> Path:
     return ROOT / ".npm-clients" / "bin" / "codex"
 
 
-def config_toml(base_url: str, model: str) -> str:
-    return f"""model = "{model}"
-model_provider = "local"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-check_for_update_on_startup = false
-
-[model_providers.local]
-name = "local"
-base_url = "{base_url}"
-model_catalog_url = "{base_url}/models"
-env_key = "LOCAL_API_KEY"
-wire_api = "responses"
-stream_idle_timeout_ms = 900000
-supports_websockets = false
-
-[analytics]
-enabled = false
-"""
-
-
 def run_codex(
     codex: Path,
     folder: Path,
@@ -89,14 +65,10 @@ def run_codex(
     """`codex exec --json` in a fresh repository with hello.txt; its events, exit code, the
     files it left."""
     home, repo = folder / "home", folder / "repo"
-    home.mkdir()
     repo.mkdir()
     (repo / "hello.txt").write_text("hello world\n")
-    (home / "config.toml").write_text(config_toml(base_url, model))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env |= {"HOME": str(home), "CODEX_HOME": str(home), "LOCAL_API_KEY": key, "NO_COLOR": "1"}
-    argv = [str(codex), "exec", "--json", "--ephemeral", "--color", "never",
-            "--skip-git-repo-check", *LEAN, "-C", str(repo), "-m", model, task]  # fmt: skip
+    codex_home(home, base_url, model)
+    env, argv = codex_env(home, key), codex_argv(codex, repo, model, task)
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, stdin=subprocess.DEVNULL)  # fmt: skip

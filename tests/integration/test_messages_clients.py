@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from bench.clients.setup import claude_argv, claude_env
 from serving.config import OFFLINE_SMALL
 from tests.integration.conftest import API_KEY, Server, stop, wait_healthy
 from tests.ports import free_port
@@ -37,12 +38,6 @@ NPM = ROOT / ".npm-clients"
 CLAUDE = NPM / "bin" / "claude"
 SCRIPTED = "scripted"
 SECRET = "The secret word is MARMALADE-42."
-QUIET = {  # Claude Code reaches for the internet unless told not to
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-}
 
 
 def _locked_make(target: str, lock: Path) -> None:
@@ -134,20 +129,8 @@ def run_sdk(python: Path, base_url: str, model: str, *cases: str) -> dict[str, A
 def run_claude(
     claude: Path, base_url: str, model: str, project: Path, task: str, *extra: str
 ) -> dict[str, Any]:
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE"))},
-        **QUIET,
-        "HOME": str(project / "home"),
-        "ANTHROPIC_BASE_URL": base_url,  # no /v1: Claude Code adds it
-        "ANTHROPIC_AUTH_TOKEN": API_KEY,  # sent as Authorization: Bearer
-        "ANTHROPIC_MODEL": model,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-        "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
-        "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
-        "CLAUDE_CODE_SUBAGENT_MODEL": model,
-    }
-    argv = [str(claude), "-p", task, "--output-format", "json", "--allowedTools", "Read",
-            "--max-turns", "4", *extra]  # fmt: skip
+    env = claude_env(project / "home", base_url, API_KEY, model)
+    argv = claude_argv(claude, task, *extra)
     done = subprocess.run(
         argv, env=env, cwd=project / "project", capture_output=True, text=True, timeout=800,
         stdin=subprocess.DEVNULL,
