@@ -37,11 +37,8 @@ from typing import Any
 
 import typer
 
-<<<<<<< HEAD
-from bench.commandline import PROG
-=======
 from bench.clients.command import clients as clients_cmd
->>>>>>> h-clients
+from bench.commandline import PROG
 from bench.common import DEFAULT_BASE_URL, api_key_or_env, parse_levels
 from bench.common import fmt_num as _x
 from bench.load import BenchError
