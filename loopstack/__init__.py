@@ -2,7 +2,7 @@
 
 The public API, importable from here (the modules behind it are internal and may move)::
 
-    from loopstack import Agent, AgentConfig, Limits, ToolRegistry, tool
+    from loopstack import Agent, AgentConfig, Limits, ToolRegistry, RetryPolicy, tool
     from loopstack import MemoryStore, AsyncMemoryStore
     from loopstack import Worker, worker_tools, load_team, mount_team, TeamConfig
     from loopstack import serve, ServerSettings
@@ -23,6 +23,7 @@ __all__ = [
     "Limits",
     "MemoryStore",
     "PlanMode",
+    "RetryPolicy",
     "ServerSettings",
     "TeamConfig",
     "ToolRegistry",
@@ -41,6 +42,7 @@ _WHERE = {
     "Limits": "agent.core.settings",
     "PlanMode": "agent.core.settings",
     "ToolRegistry": "agent.tools.registry",
+    "RetryPolicy": "agent.tools.retry",
     "tool": "agent.tools.registry",
     "Worker": "agent.run.team",
     "TeamConfig": "agent.run.team",
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from agent.run.loop import Agent
     from agent.run.team import TeamConfig, Worker, load_team, mount_team, worker_tools
     from agent.tools.registry import ToolRegistry, tool
+    from agent.tools.retry import RetryPolicy
     from memory import AsyncMemoryStore, MemoryStore
     from serving.config import ServerSettings
     from serving.server import serve
