@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["CLAMP_HEADER", "Fit", "clamped", "fit_chat", "fit_completion"]
 
 CLAMP_HEADER = "x-loopstack-max-tokens-clamped"
+#: Tokens left free when the engine renders the prompt itself (a request passed through): its
+#: render may differ from ours by a few dozen tokens (Claude Code's background request: 679
+#: counted here, 728 by vLLM, and the lowered limit overflowed by 49).
+ENGINE_RENDER_MARGIN = 64
 
 
 @dataclass(frozen=True)
@@ -83,13 +87,14 @@ async def fit_chat(
         if tool_path or count:
             raise
         return Fit(req, None)  # a shape only the engine renders (images): it judges
+    margin = 0 if tool_path else ENGINE_RENDER_MARGIN  # the engine renders it: a few more
     if not count and max_model_len is not None and wanted is not None:
-        if len(prompt.encode("utf-8")) + 1 + wanted <= max_model_len:
+        if len(prompt.encode("utf-8")) + 1 + wanted + margin <= max_model_len:
             return Fit(req, None)
     n = await asyncio.to_thread(chat.prompts.count_tokens, prompt)
-    if max_model_len is None or wanted is None or n + wanted <= max_model_len:
+    if max_model_len is None or wanted is None or n + wanted + margin <= max_model_len:
         return Fit(req, n)
-    room = max_model_len - n
+    room = max_model_len - n - margin
     if room < 1:
         raise _no_room(n, max_model_len)
     lowered = req.model_copy(update={"max_tokens": room, "max_completion_tokens": None})

@@ -32,8 +32,10 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
+import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from serving.engine.transport import session_key_var
 from serving.exceptions import ServingError
@@ -182,8 +184,24 @@ async def generate(
 
 
 # --------------------------------------------------------------------------- the stream
+class _Stream(StreamingResponse):
+    """A stream whose body is closed when the response ends, however it ends: a client that
+    leaves is noticed by a failed send (ASGI 2.4) or a cancelled task group (older servers),
+    and neither closes the body, which would otherwise hold its admission slot and keep the
+    engine generating until the garbage collector came by."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
+
+
 def _stream(body: AsyncIterator[bytes], headers: dict[str, str]) -> StreamingResponse:
-    return StreamingResponse(
+    return _Stream(
         body,
         media_type="text/event-stream",
         headers=wire_headers({**headers, "cache-control": "no-cache"}),
@@ -227,13 +245,14 @@ async def _body(
         finished = True
         for out in encoder.failed(exc):
             yield out
-    finally:
-        if pending is not None:
-            await _cancel(pending)
-        if not finished:
-            metrics.aborted.inc()
-        await _aclose(items)
-        await slot.aclose()
+    finally:  # shielded: a cancelled task group re-cancels every await until this is done
+        with anyio.CancelScope(shield=True):
+            if pending is not None:
+                await _cancel(pending)  # the engine stream closes: vLLM aborts the generation
+            if not finished:
+                metrics.aborted.inc()
+            await _aclose(items)
+            await slot.aclose()
 
 
 async def _cancel(future: asyncio.Future[Any]) -> None:

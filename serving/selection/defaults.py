@@ -30,7 +30,13 @@ from typing import Any, Literal, TypeVar
 
 from serving.protocol import ChatCompletionRequest, ToolRankOptions
 
-__all__ = ["SHIPPED", "SelectionDefaults", "selection_defaults"]
+__all__ = ["RANK_MAX_TOOLS", "SHIPPED", "SelectionDefaults", "selection_defaults"]
+
+#: The server's ranking applies to requests offering at most this many tools: it was measured
+#: at 5 and 10 (docs/benchmarks.md, "Tool selection"). A larger set is a harness's toolbox for
+#: a whole task (Claude Code sends 24), which its latest message cannot rank: ranking it
+#: dropped the Read Claude Code called next. The same rule for every API.
+RANK_MAX_TOOLS = 10
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class SelectionDefaults:
             return req, []
         opts, said = req.loopstack, req.loopstack.model_fields_set
         update: dict[str, Any] = {}
-        if "tool_rank" not in said and self.rank:
+        if "tool_rank" not in said and self.rank and len(req.tools) <= RANK_MAX_TOOLS:
             update["tool_rank"] = ToolRankOptions(top_k=self.top_k, min_score=self.min_score)
         for key in ("abstain", "decide"):
             if key not in said and getattr(self, key):

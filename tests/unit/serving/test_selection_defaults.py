@@ -273,3 +273,15 @@ async def test_the_three_front_ends_get_the_same_selection_defaults(guidance: Ha
         assert resp.headers["x-loopstack-selection"] == "server defaults: abstain", path
         prompts.append(h.engine.requests[-1][1]["prompt"])
     assert ABSTAIN_RULE in prompts[0] and prompts[0] == prompts[1] == prompts[2]
+
+
+def test_a_harness_toolbox_is_not_ranked_whatever_its_api() -> None:
+    """Ranking was measured at 5 and 10 tools; Claude Code's 24 (its toolbox for the whole
+    task) lost the Read it called next. Past `RANK_MAX_TOOLS` the other defaults still apply."""
+    tools = [{"type": "function", "function": {"name": f"t{i}", "parameters": {"type": "object"}}}
+             for i in range(sd.RANK_MAX_TOOLS + 1)]  # fmt: skip
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    many = ChatCompletionRequest.model_validate(body)
+    assert ON.apply(many)[1] == ["abstain", "decide"]
+    few = ChatCompletionRequest.model_validate({**body, "tools": tools[: sd.RANK_MAX_TOOLS]})
+    assert ON.apply(few)[1] == ["tool_rank", "abstain", "decide"]
