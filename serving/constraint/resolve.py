@@ -202,6 +202,13 @@ def plan(
         messages = with_system_rule(messages, DECIDE_RULE)
     prompt = request.prompts.render(messages, tools)
     max_tokens = req.completion_limit or request.max_tool_tokens
+    context = getattr(request.prompts, "max_model_len", None)
+    if isinstance(context, int) and (request.system_rule is not None or decide):
+        # the rules added here were not in the prompt the completion limit was fitted to
+        # (serving.http.context_fit): they take their room from the completion
+        n = request.prompts.check_fits(prompt, 0)  # the prompt alone too long: the 400
+        if n < context:
+            max_tokens = min(max_tokens, context - n)
     prompt_tokens = request.prompts.check_fits(prompt, max_tokens)
     sampling = {k: getattr(req, k) for k in _SAMPLING_KEYS if getattr(req, k) is not None}
     extra = {k: v for k, v in (req.model_extra or {}).items() if k not in _CHAT_ONLY}

@@ -511,3 +511,18 @@ async def test_a_tool_name_outside_latin_1_is_no_500(harness: Harness, stream: b
     assert resp.status_code == 200, resp.text
     note = resp.headers["x-loopstack-note"]
     assert "skipped" in note and "\\u7f51" in note and note.isascii()
+
+
+async def test_the_abstention_rule_takes_its_room_from_the_completion(make_harness: Any) -> None:
+    """The server's rule is added to the system message after `max_tokens` was fitted to the
+    context: Claude Code's first request (max_tokens 32000) was refused by 49 tokens."""
+    from serving.selection.defaults import SelectionDefaults
+
+    h = make_harness(max_model_len=400)
+    h.chat.selection = SelectionDefaults(abstain=True)
+    h.engine.constrained = ["It is sunny."]
+    resp = await post(h, max_tokens=32000, tools=[WEATHER], stream=True)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-loopstack-selection"] == "server defaults: abstain"
+    sent = h.engine.requests[-1][1]
+    assert "max_tokens" in sent and sent["max_tokens"] < 400
