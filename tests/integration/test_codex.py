@@ -150,6 +150,9 @@ def test_codex_real_model_reported(codex: Path, server: Server, tmp_path: Path) 
     (REPORTS / "codex-real.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
     assert not report["failed"] and not report["errors"], (report, run["stderr"])
-    assert any(i.get("type") != "error" for i in done), report  # one answer parsed at least
+    # Parsed: every event read and the turn completed, or an answer item at least. What the
+    # model makes of it is reported: with the server's selection defaults on Responses too
+    # (2026-12-07), the 0.5B's turn here can end after a call Codex handles itself (no item).
+    assert report["finished"] or any(i.get("type") != "error" for i in done), report
     if report["finished"]:
         assert run["rc"] == 0, run["stderr"]
