@@ -203,13 +203,16 @@ def plan(
     prompt = request.prompts.render(messages, tools)
     max_tokens = req.completion_limit or request.max_tool_tokens
     context = getattr(request.prompts, "max_model_len", None)
-    if isinstance(context, int) and (request.system_rule is not None or decide):
-        # the rules added here were not in the prompt the completion limit was fitted to
-        # (serving.http.context_fit): they take their room from the completion
-        n = request.prompts.check_fits(prompt, 0)  # the prompt alone too long: the 400
-        if n < context:
-            max_tokens = min(max_tokens, context - n)
-    prompt_tokens = request.prompts.check_fits(prompt, max_tokens)
+    if not isinstance(context, int):
+        prompt_tokens = request.prompts.check_fits(prompt, max_tokens)
+    else:  # the prompt counted once (a harness's is ~19k tokens)
+        prompt_tokens = request.prompts.check_fits(prompt, 0)  # too long alone: the 400
+        if (request.system_rule is not None or decide) and prompt_tokens < context:
+            # the rules added here were not in the prompt the completion limit was fitted to
+            # (serving.http.context_fit): they take their room from the completion
+            max_tokens = min(max_tokens, context - prompt_tokens)
+        if prompt_tokens + max_tokens > context:
+            request.prompts.check_fits(prompt, max_tokens)  # the 400, in its words
     sampling = {k: getattr(req, k) for k in _SAMPLING_KEYS if getattr(req, k) is not None}
     extra = {k: v for k, v in (req.model_extra or {}).items() if k not in _CHAT_ONLY}
     return ToolPlan(
