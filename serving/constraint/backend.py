@@ -66,9 +66,14 @@ class TurnSpec:
     tools: dict[str, Any]
     parallel: bool
     decide: bool = False  # auto: a decision line first (serving.selection.defaults)
+    # auto: the client's ``response_format`` schema - the answer, when there is no call, is
+    # one JSON value under it instead of free text (None: free text)
+    answer: Any = None
 
     def key(self) -> str:
         parts = [self.mode, self.parallel, self.tools] + (["decide"] if self.decide else [])
+        if self.answer is not None:
+            parts.append({"answer": self.answer})
         return json.dumps(parts, sort_keys=True, default=str)
 
 
@@ -84,7 +89,10 @@ def without_patterns(spec: TurnSpec) -> TurnSpec | None:
     """`spec` with every valid ``pattern`` left out of the constraint (``pattern`` is inexact:
     a call is validated against the client's schema before it leaves), or None if none."""
     tools = {name: drop_patterns(schema) for name, schema in spec.tools.items()}
-    return TurnSpec(spec.mode, tools, spec.parallel, spec.decide) if tools != spec.tools else None
+    answer = drop_patterns(spec.answer) if spec.answer is not None else None
+    if tools == spec.tools and answer == spec.answer:
+        return None
+    return TurnSpec(spec.mode, tools, spec.parallel, spec.decide, answer)
 
 
 class GrammarBackend:
@@ -96,6 +104,8 @@ class GrammarBackend:
 
     name: BackendName
     check_job: Callable[[Any, str, str], str | None]  # (state, format, text) -> error or None
+    # an ``auto`` turn's answer held to a client's ``response_format`` schema (`TurnSpec.answer`)
+    answers: bool = False
 
     def __init__(
         self, pool: CompilePool, *, schemas: SchemaCache | None = None, timeout_s: float = 10.0
@@ -150,7 +160,9 @@ class GrammarBackend:
             schemas = without_answered(schemas, plan.answered, plan.mode)
             if not schemas:
                 return None
-        spec = TurnSpec(plan.mode, schemas, plan.parallel, plan.decide and plan.mode == "auto")
+        auto = plan.mode == "auto"
+        answer = plan.answer.schema if auto and plan.answer is not None else None
+        spec = TurnSpec(plan.mode, schemas, plan.parallel, plan.decide and auto, answer)
         return await self.constraint(spec)
 
     async def constraint(self, spec: TurnSpec, *, what: str = "tools") -> dict[str, Any]:

@@ -13,6 +13,9 @@ enforces JSON Schema broadly (numeric bounds, lengths, enums, patterns without l
 * a tool whose one string carries a client's Lark grammar (a Responses ``custom`` tool):
   ``{"input": "<text>"}``, the text held to that grammar as a JSON string's body
   (`serving.constraint.lark_string`);
+* ``auto`` with a client's ``response_format`` beside the tools (the Agents SDK's
+  ``output_type``): the answer as one JSON value under that schema, or calls in the Hermes
+  tags (`_answer_grammar`);
 * a client's JSON schema (``response_format``, ``structured_outputs.json``) - the same
   ``%json`` lexeme alone (`json_grammar`), tightened the same way; a client's regex goes to
   the engine as it is. Neither makes a regex of ours.
@@ -142,6 +145,8 @@ def _arguments(schema: Any, prefix: str, rules: list[str]) -> str:
 def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
     """The Lark grammar of one turn. `tag_ids`: token ids of `envelope.CALL_TAGS` when they
     are special tokens (the free text of ``auto`` must allow them)."""
+    if spec.mode == "auto" and spec.answer is not None:
+        return _answer_grammar(spec, tag_ids)
     lines = ["%llguidance {}"]
     custom: list[str] = []  # the rules of tools' Lark grammars (`_arguments`)
     names = []
@@ -196,16 +201,45 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
     return "\n".join(lines + custom) + "\n"
 
 
-def _decision_rules(spec: TurnSpec, opened: str) -> list[str]:
+def _answer_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None) -> str:
+    """``auto`` with a client's ``response_format`` (the Agents SDK's ``output_type`` beside
+    its tools): the turn is either the answer - one JSON value under that schema, no text
+    around it - or calls in the Hermes tags, each under its tool's schema, then the end. No
+    free text: it would leave the answer unheld (a call found in it is the only way out)."""
+    opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS) if tag_ids else (
+        _lit(envelope.CALL_TAGS[0]), _lit(envelope.CALL_TAGS[1]))  # fmt: skip
+    custom: list[str] = []
+    lines, names = ["%llguidance {}"], []
+    for i, (name, schema) in enumerate(spec.tools.items()):
+        names.append(f"call_{i}")
+        args = _arguments(schema, f"x{i}_", custom)
+        lines.append(f'call_{i}: {_lit(envelope.call_head(name))} {args} "}}"')
+    more = f' ("\\n" {closed} "\\n" {opened} "\\n" call)*' if spec.parallel else ""
+    calls = f'{opened} "\\n" call{more} ("\\n" {closed})? END'
+    if spec.decide:
+        lines += _decision_rules(spec, opened, answer=True)
+        lines.append(f"calls: {calls}")
+    else:
+        lines.append(f"start: answer | {calls}")
+    lines.append(f"answer: {_schema(spec.answer)}")
+    lines.append(f"call: {' | '.join(names)}")
+    lines.append(r"END: /[ \t\n]{0,16}/")
+    return "\n".join(lines + custom) + "\n"
+
+
+def _decision_rules(spec: TurnSpec, opened: str, *, answer: bool = False) -> list[str]:
     """``loopstack.decide``: the turn starts with ``Decision: <tool | none> <a few words>``
     and a newline (`serving.constraint.decision`); after ``none`` only text, after a tool's
     name that tool's call (then the usual tail: more calls where parallel calls are on)."""
-    names = ['"none" note LF PLAIN']
+    names = ['"none" note LF ' + ("answer" if answer else "PLAIN")]
     rules = []
     for i, (name, schema) in enumerate(spec.tools.items()):
         names.append(f"d_{i}")
         head = _lit(envelope.call_head(name))
-        rules.append(f"d_{i}: {_lit(name)} note LF {opened} NL {head} {_schema(schema)} tail")
+        if answer:  # `answer`/`calls`/`call_i` are `_answer_grammar`'s rules
+            rules.append(f"d_{i}: {_lit(name)} note LF calls")
+        else:
+            rules.append(f"d_{i}: {_lit(name)} note LF {opened} NL {head} {_schema(schema)} tail")
     return [
         f"start: {_lit(DECISION_HEAD)} decision",
         f"decision: {' | '.join(names)}",
@@ -230,6 +264,7 @@ def _check(state: Callable[[str, str], str | None], fmt: str, text: str) -> str 
 class GuidanceBackend(GrammarBackend):
     name: BackendName = "guidance"
     decides = True  # writes `loopstack.decide`'s decision line (`lark_grammar`)
+    answers = True  # holds an auto turn's answer to `response_format` (`_answer_grammar`)
     check_job = staticmethod(_check)
 
     def __init__(

@@ -130,9 +130,11 @@ async def admit(backend: Backend, request: TurnRequest) -> Admitted:
     choice = req.effective_tool_choice()
     if choice == "none":
         return Admitted(None, headers)
-    check_tool_request(req)
+    answers = getattr(backend, "answers", False) or not req.loopstack.constrained
+    check_tool_request(req, answers=answers, backend=backend.name)
+    answer = await answer_schema(backend, req) if choice == "auto" else None
     decides = getattr(backend, "decides", False)  # writes `loopstack.decide`'s line
-    return Admitted(plan(request, choice, compiled, decides=decides), headers)
+    return Admitted(plan(request, choice, compiled, decides=decides, answer=answer), headers)
 
 
 async def admit_tools(
@@ -158,13 +160,23 @@ async def admit_tools(
     return compiled, ()
 
 
-def check_tool_request(req: ChatCompletionRequest) -> None:
-    """What a request that may call tools cannot also ask for."""
+def check_tool_request(
+    req: ChatCompletionRequest, *, answers: bool = True, backend: str = "guidance"
+) -> None:
+    """What a request that may call tools cannot also ask for. A ``response_format`` holds
+    the answer of an ``auto`` turn that makes no call (`answer_schema`) - where the backend's
+    turn grammar can say it (`answers`); a turn that must call ignores it, as OpenAI does."""
     if req.n != 1:
         raise InvalidRequest("n must be 1 when tools may be called", param="n")
-    if req.response_format is not None and req.response_format.type != "text":
+    rf = req.response_format
+    auto = req.effective_tool_choice() == "auto"
+    if rf is not None and rf.type != "text" and not answers and auto:
         raise InvalidRequest(
-            "response_format cannot be combined with tools", param="response_format"
+            f"response_format with tools needs the guidance constraint backend (the {backend} "
+            "backend cannot hold an answer to a schema beside tool calls): set "
+            "LOOPSTACK_CONSTRAINT_BACKEND=guidance, or send the answer's request without tools",
+            param="response_format",
+            code="unsupported_constraint",
         )
     found = client_constraint(req.model_extra or {})
     if found is not None:  # the tool path constrains itself, the free phase of auto too
@@ -177,6 +189,7 @@ def plan(
     compiled: dict[str, CompiledSchema],
     *,
     decides: bool = False,
+    answer: CompiledSchema | None = None,
 ) -> ToolPlan:
     req = request.chat
     if isinstance(choice, NamedToolChoice):
@@ -227,7 +240,27 @@ def plan(
         stream=req.stream,
         answered=answered,
         decide=decide,
+        answer=answer if mode == "auto" else None,
     )
+
+
+async def answer_schema(backend: Backend, req: ChatCompletionRequest) -> CompiledSchema | None:
+    """The schema an ``auto`` turn's answer is held to: ``response_format``'s ``json_schema``
+    (admitted like a tool's parameters), any object for ``json_object``; None for text."""
+    rf = req.response_format
+    if rf is None or rf.type == "text":
+        return None
+    body = rf.model_dump(by_alias=True, exclude_none=True)
+    if rf.type == "json_object":
+        schema: Any = {"type": "object"}
+    else:
+        schema = (body.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidRequest(
+                "response_format.json_schema needs `schema`", param="response_format.json_schema"
+            )
+    what = "response_format.json_schema"
+    return await backend.tool_schema(schema, what=what, enforced=req.loopstack.constrained)
 
 
 def with_system_rule(messages: list[dict[str, Any]], rule: str) -> list[dict[str, Any]]:

@@ -173,6 +173,9 @@ class ToolPlan:
     answered: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # ``loopstack.decide`` (auto): the grammar starts with a decision line, hidden from the reply
     decide: bool = False
+    # auto: the client's ``response_format`` schema (``json_object``: any object), which an
+    # answer without a call is held to (the Agents SDK's ``output_type`` beside its tools)
+    answer: CompiledSchema | None = None
 
     @property
     def exact(self) -> bool:

@@ -14,6 +14,7 @@ import pytest
 
 from serving.config import DEFAULT_BACKEND
 from serving.constraint import regexes, schema_regex
+from serving.constraint.envelope import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from serving.constraint.factory import make_backend
 from serving.constraint.sandbox import CompilePool
 from serving.constraint.schema_limits import check_schema_limits, repair_schema
@@ -320,3 +321,72 @@ async def test_a_chat_body_with_keyword_named_parameters_is_served(harness: Harn
     [tc] = resp.json()["choices"][0]["message"]["tool_calls"]
     assert json.loads(tc["function"]["arguments"]) == args
     assert len(harness.engine.requests) == 1
+
+
+# --------------------------------------------------------------------------- an answer beside tools
+async def test_response_format_beside_tools_holds_the_answer_of_an_auto_turn(
+    harness: Harness,
+) -> None:
+    """The Agents SDK's ``output_type`` with a function tool sends both: it was refused (400
+    "response_format cannot be combined with tools"). Now the turn's grammar is the answer
+    under the schema or a call, one engine request; the answer comes back as the content."""
+    h = harness
+    h.engine.constrained = ['{"answer": 42}']
+    resp = await post_chat(h, tools=[WEATHER], response_format=RF)
+    assert resp.status_code == 200, resp.text
+    msg = resp.json()["choices"][0]["message"]
+    assert json.loads(msg["content"]) == {"answer": 42} and not msg.get("tool_calls")
+    [(path, body)] = h.engine.requests
+    assert path == "/v1/completions" and "response_format" not in body
+    grammar = body["structured_outputs"]["grammar"]
+    assert "answer: %json" in grammar and '"maximum": 100' in grammar
+    # a call is still a call
+    h.engine.requests.clear()
+    h.engine.constrained = [TOOL_CALL_OPEN + call("get_weather", {"city": "Paris", "days": 2})]
+    resp = await post_chat(h, tools=[WEATHER], response_format=RF)
+    assert resp.status_code == 200, resp.text
+    [got] = resp.json()["choices"][0]["message"]["tool_calls"]
+    assert got["function"]["name"] == "get_weather"
+    # a turn that must call ignores the answer's schema (as OpenAI does); an unsatisfiable
+    # answer schema is refused in the API's shape before anything is generated
+    h.engine.constrained = [call("get_weather", {"city": "Paris", "days": 2})]
+    resp = await post_chat(h, tools=[WEATHER], response_format=RF, tool_choice="required")
+    assert resp.status_code == 200, resp.text
+    h.engine.requests.clear()
+    unsat = {"type": "json_schema", "json_schema": {"schema": {"type": "string", "enum": []}}}
+    err = assert_openai_error(await post_chat(h, tools=[WEATHER], response_format=unsat), 400)
+    assert err["param"] == "response_format.json_schema" and h.engine.requests == []
+
+
+async def test_response_format_beside_tools_on_a_backend_that_cannot_hold_it(
+    make_harness: Any,
+) -> None:
+    h: Harness = make_harness(backend="xgrammar")
+    err = assert_openai_error(await post_chat(h, tools=[WEATHER], response_format=RF), 400)
+    assert err["code"] == "unsupported_constraint" and "guidance" in err["message"]
+    assert h.engine.requests == []
+
+
+def test_the_answer_grammar_allows_the_answer_or_calls_and_nothing_else() -> None:
+    llg = pytest.importorskip("llguidance")
+    from serving.constraint.backend import TurnSpec
+    from serving.constraint.guidance import _ByteTokenizer, lark_grammar
+
+    tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
+    params = {"get_weather": WEATHER["function"]["parameters"]}
+
+    def accepts(spec: TurnSpec, text: str) -> bool:
+        m = llg.LLMatcher(tok, llg.grammar_from("grammar", lark_grammar(spec)))
+        return bool(m.consume_tokens(list(text.encode()))) and m.is_accepting()
+
+    for decide in (False, True):
+        spec = TurnSpec("auto", params, parallel=True, decide=decide, answer=ANSWER)
+        head = ("Decision: none\n", "Decision: get_weather\n") if decide else ("", "")
+        weather = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}'
+        assert accepts(spec, head[0] + '{"answer": 42}'), decide
+        assert accepts(spec, head[1] + TOOL_CALL_OPEN + weather + TOOL_CALL_CLOSE), decide
+        assert not accepts(spec, head[0] + "The answer is 42."), decide
+        assert not accepts(spec, head[0] + '{"answer": 420}'), decide  # out of its bounds
+        assert not accepts(spec, head[0] + '{"answer": 42} and more'), decide
+        assert not accepts(spec, head[0] + '{"answer": "42"}'), decide
+        assert not accepts(spec, head[1] + TOOL_CALL_OPEN + weather + "\nHope this helps"), decide
