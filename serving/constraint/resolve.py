@@ -213,6 +213,9 @@ def plan(
     decide = req.loopstack.decide and mode == "auto" and decides
     if decide:
         messages = with_system_rule(messages, DECIDE_RULE)
+    answer = answer if mode == "auto" else None
+    if answer is not None:  # the model is told the shape its answer is held to
+        messages = with_system_rule(messages, answer_rule(answer.schema))
     prompt = request.prompts.render(messages, tools)
     max_tokens = req.completion_limit or request.max_tool_tokens
     context = getattr(request.prompts, "max_model_len", None)
@@ -220,7 +223,8 @@ def plan(
         prompt_tokens = request.prompts.check_fits(prompt, max_tokens)
     else:  # the prompt counted once (a harness's is ~19k tokens)
         prompt_tokens = request.prompts.check_fits(prompt, 0)  # too long alone: the 400
-        if (request.system_rule is not None or decide) and prompt_tokens < context:
+        added = request.system_rule is not None or decide or answer is not None
+        if added and prompt_tokens < context:
             # the rules added here were not in the prompt the completion limit was fitted to
             # (serving.http.context_fit): they take their room from the completion
             max_tokens = min(max_tokens, context - prompt_tokens)
@@ -240,7 +244,17 @@ def plan(
         stream=req.stream,
         answered=answered,
         decide=decide,
-        answer=answer if mode == "auto" else None,
+        answer=answer,
+    )
+
+
+def answer_rule(schema: Any) -> str:
+    """What the system message says of a ``response_format`` beside tools (the grammar
+    holds the answer to it; the model is told its fields, as a hosted API tells its own)."""
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return (
+        "When you answer without calling a tool, the answer is one JSON value, with no text "
+        f"around it, that follows this JSON schema: {text}"
     )
 
 

@@ -340,6 +340,7 @@ async def test_response_format_beside_tools_holds_the_answer_of_an_auto_turn(
     assert path == "/v1/completions" and "response_format" not in body
     grammar = body["structured_outputs"]["grammar"]
     assert "answer: %json" in grammar and '"maximum": 100' in grammar
+    assert 'follows this JSON schema: {"type":"object"' in body["prompt"]  # the model is told
     # a call is still a call
     h.engine.requests.clear()
     h.engine.constrained = [TOOL_CALL_OPEN + call("get_weather", {"city": "Paris", "days": 2})]
