@@ -107,7 +107,9 @@ format: install
 # The clients venv and the npm CLIs (.npm-clients) are made beside them too, each under a lock
 # the ecosystem and protocol tests wait on (`make`, not $(MAKE), which would make `make -n test`
 # run this whole recipe).
-# The GPU checks (below) start beside them as well; their failure fails `make test`.
+# The GPU checks (below) start beside them as well; their failure fails `make test`. So does
+# lint (ruff, mypy: ~1 min cold), which used to run before the tests and kept the test
+# server from starting until it ended; its failure fails `make test` too, its output follows.
 # The unit tests run in two pytest processes at once (the session's own takes the rest, then
 # the integration tests): they wait on subprocesses, sockets and sleeps more than they compute
 # (~60 % of a core), and the engine is idle once loaded until the integration tests start, so
@@ -135,8 +137,12 @@ test: install postgres
 	  npm=$$!; \
 	  { $(GPU_CHECKS); } > $(VENV)/gpu-checks.log 2>&1 & \
 	  gpu=$$!; \
-	  $(LINT) && ( $(PYTEST_RUN) ); \
+	  { $(LINT); } > $(VENV)/lint.log 2>&1 & \
+	  lint=$$!; \
+	  ( $(PYTEST_RUN) ); \
 	  rc=$$?; \
+	  echo "=== lint (ruff, mypy), beside the tests:"; cat $(VENV)/lint.log; \
+	  wait $$lint || { echo "lint failed"; rc=1; }; \
 	  wait $$prep || { echo "prepare-model failed:"; tail -20 $(VENV)/prepare-model.log; }; \
 	  wait $$clients || { echo "make clients failed:"; tail -20 $(VENV)/clients.log; }; \
 	  wait $$npm || { echo "make npm-clients failed:"; tail -20 $(VENV)/npm-clients.log; }; \

@@ -46,13 +46,16 @@ COMMANDS = ["sdk-create", "sdk-stream", "sdk-parse", "agents-run", "agents-strea
             "agents-output"]  # fmt: skip
 
 
-def run_clients(python: Path, base_url: str, key: str, model: str) -> dict[str, Any]:
-    """Every client command, in one process of the clients venv; their reports by name."""
+def run_clients(
+    python: Path, base_url: str, key: str, model: str, *, together: bool = False
+) -> dict[str, Any]:
+    """Every client command, in one process of the clients venv; their reports by name
+    (`together`: sent at once, for the real model's engine to batch)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env |= {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key,
             "OPENAI_AGENTS_DISABLE_TRACING": "1"}  # fmt: skip
     done = subprocess.run(
-        [str(python), str(SCRIPT), model, *COMMANDS],
+        [str(python), str(SCRIPT), model, *COMMANDS, *(["--together"] if together else [])],
         capture_output=True, text=True, timeout=540, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -130,7 +133,9 @@ def test_real_model_reported(clients_python: Path, server: Server) -> None:  # n
     """Every client case against the real model: the protocol must hold (no API, connection
     or parsing error); what the model did is reported, not asserted."""
     REPORTS.mkdir(parents=True, exist_ok=True)
-    results = run_clients(clients_python, server.base_url + "/v1", API_KEY, server.model)
+    results = run_clients(
+        clients_python, server.base_url + "/v1", API_KEY, server.model, together=True
+    )
     versions = results.pop("versions")
     for r in results.values():
         r.pop("traceback", None)
