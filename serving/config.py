@@ -183,6 +183,11 @@ class ServerSettings(BaseSettings):
         description="auto turns (guidance backend): a short hidden decision before the call or "
         "the text (loopstack.decide).",
     )
+    tool_after_results: bool | None = Field(
+        default=None,
+        description="When a conversation ends with tool results, say in the prompt to answer "
+        "from them (loopstack.after_results).",
+    )
     max_tool_tokens: int = Field(default=1024, description="max_tokens default for tool calls.")
     log_level: str = "INFO"
 

@@ -226,6 +226,11 @@ class LoopstackOptions(BaseModel):
         description="auto: a short hidden decision (tool name or none) before the call or the "
         "text (serving.constraint.decision; guidance backend); absent: the server's default",
     )
+    after_results: bool = Field(
+        default=False,
+        description="when the conversation ends with tool results, the prompt says to answer "
+        "from them (serving.selection.requests.RESULTS_RULE); absent: the server's default",
+    )
 
     @field_validator("tool_rank", mode="before")
     @classmethod

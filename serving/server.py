@@ -154,6 +154,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         min_score=settings.tool_min_score,
         abstain=settings.tool_abstain,
         decide=settings.tool_decide,
+        after_results=settings.tool_after_results,
     )
     logger.info("tool selection when a request does not say: %s", selection.describe())
     logger.info("%s", anthropic_names_note(name, settings.anthropic_model_names))

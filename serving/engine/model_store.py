@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import importlib
+import json
 import logging
 import os
 import shutil
@@ -115,15 +116,33 @@ def ensure_offline(home: Path, model: OfflineModel) -> Path:
     two servers starting at once convert it once)."""
     target = home / "models" / model.name
     if _complete(target):
-        return target
+        return with_generation_defaults(target, model.generation)
     gguf = home / "gguf" / f"{model.name}.gguf"
     with _lock(home / "locks" / f"{model.name}.lock"):
-        if _complete(target):
-            return target
-        if not verified(gguf, sha256=model.sha256, size=model.size):
-            assemble_parts(offline_part_paths(model), gguf, sha256=model.sha256, size=model.size)
-        _convert_locked(gguf, target)
-    return target
+        if not _complete(target):
+            if not verified(gguf, sha256=model.sha256, size=model.size):
+                assemble_parts(
+                    offline_part_paths(model), gguf, sha256=model.sha256, size=model.size
+                )
+            _convert_locked(gguf, target)
+        return with_generation_defaults(target, model.generation)
+
+
+def with_generation_defaults(folder: Path, defaults: dict[str, Any]) -> Path:
+    """`folder` with `defaults` in its generation_config.json wherever it has no value of its
+    own (the publisher's sampling defaults, which a GGUF does not carry; written atomically,
+    once: a folder converted before keeps everything else)."""
+    if not defaults:
+        return folder
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    missing = {k: v for k, v in defaults.items() if k not in config}
+    if missing:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({**config, "do_sample": True, **missing}, indent=2) + "\n")
+        os.replace(tmp, path)
+        logger.info("%s: the publisher's sampling defaults %s", folder.name, missing)
+    return folder
 
 
 def assemble_parts(parts: list[Path], dest: Path, *, sha256: str, size: int | None = None) -> Path:

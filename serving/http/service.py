@@ -66,7 +66,7 @@ from serving.prompt import PromptBuilder
 from serving.protocol import ChatCompletionRequest
 from serving.selection.defaults import SelectionDefaults
 from serving.selection.rank import ToolRanker
-from serving.selection.requests import ABSTAIN_RULE, rank_request
+from serving.selection.requests import rank_request, system_rules
 
 __all__ = ["MAX_ATTEMPTS", "ChatService", "Turn", "wire_headers"]
 
@@ -192,7 +192,7 @@ class ChatService:
             prompts=self.prompts,
             engine_model=self.engine.model_name,
             max_tool_tokens=self.max_tool_tokens,
-            system_rule=ABSTAIN_RULE if req.loopstack.abstain else None,
+            system_rule=system_rules(req),
         )
         events = self.resolver.resolve(request, self.engine.transport)
         async for ev in events:  # up to the turn's start: headers, or a passed-through answer

@@ -39,6 +39,9 @@ __all__ = ["RANK_MAX_TOOLS", "SHIPPED", "SelectionDefaults", "selection_defaults
 RANK_MAX_TOOLS = 10
 
 
+_RULES = ("abstain", "decide", "after_results")  # the boolean fields a request may leave unsaid
+
+
 @dataclass(frozen=True)
 class SelectionDefaults:
     """What a request that says nothing gets: ranking (with ``top_k``, ``min_score``), the
@@ -49,6 +52,7 @@ class SelectionDefaults:
     min_score: float | None = None
     abstain: bool = False
     decide: bool = False
+    after_results: bool = False
 
     def describe(self) -> str:
         parts = []
@@ -58,7 +62,7 @@ class SelectionDefaults:
                 + (f" top_k={self.top_k}" if self.top_k else "")
                 + (f" min_score={self.min_score:g}" if self.min_score is not None else "")
             )
-        parts += [k for k in ("abstain", "decide") if getattr(self, k)]
+        parts += [k for k in _RULES if getattr(self, k)]
         return ", ".join(parts) or "none"
 
     def apply(self, req: ChatCompletionRequest) -> tuple[ChatCompletionRequest, list[str]]:
@@ -73,12 +77,15 @@ class SelectionDefaults:
         update: dict[str, Any] = {}
         if "tool_rank" not in said and self.rank and len(req.tools) <= RANK_MAX_TOOLS:
             update["tool_rank"] = ToolRankOptions(top_k=self.top_k, min_score=self.min_score)
-        for key in ("abstain", "decide"):
+        answered = bool(req.messages) and req.messages[-1].role == "tool"
+        for key in _RULES:
+            if key == "after_results" and not answered:
+                continue  # said only after tool results: not applied (nor named) before
             if key not in said and getattr(self, key):
                 update[key] = True
         if not update:
             return req, []
-        applied: list[str] = [k for k in ("tool_rank", "abstain", "decide") if k in update]
+        applied: list[str] = [k for k in ("tool_rank", *_RULES) if k in update]
         ext = opts.model_copy(update=update)
         return req.model_copy(update={"loopstack": ext}), applied
 
@@ -102,10 +109,13 @@ class SelectionDefaults:
 # - The 1.5B: the abstention rule alone (2026-12-05): right tool and calls kept 18/18 with it
 #   as without, false calls 13/40 against 20/40; README examples passed; golden 30/39 as
 #   without. Its top 5 + floor 0.3 + rule kept 16/18 calls: not shipped.
+# - The 1.5B, the results rule too (2026-12-07, this box idle, float32): asked the weather,
+#   given "19°C and foggy", it answered with the result in 4 of 8 samples without the rule at
+#   its published sampling defaults, 8 of 8 with it (docs/benchmarks.md, "After tool results").
 MEASURED_0_5B = SelectionDefaults(rank=True, top_k=5, min_score=0.15, abstain=True)
 SHIPPED: dict[str, SelectionDefaults] = {
     "qwen2.5-coder-0.5b-instruct": MEASURED_0_5B,
-    "qwen2.5-coder-1.5b-instruct": SelectionDefaults(abstain=True),
+    "qwen2.5-coder-1.5b-instruct": SelectionDefaults(abstain=True, after_results=True),
 }
 
 _T = TypeVar("_T")
@@ -123,6 +133,7 @@ def selection_defaults(
     min_score: float | Literal["off"] | None = None,
     abstain: bool | None = None,
     decide: bool | None = None,
+    after_results: bool | None = None,
 ) -> SelectionDefaults:
     """The defaults of a server serving `model`: each operator setting that is set (not
     None) over the model's shipped defaults. ``top_k=0`` and ``min_score="off"`` say "none"."""
@@ -136,4 +147,5 @@ def selection_defaults(
         min_score=floor,
         abstain=_pick(abstain, base.abstain),
         decide=_pick(decide, base.decide),
+        after_results=_pick(after_results, base.after_results),
     )

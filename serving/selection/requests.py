@@ -35,7 +35,14 @@ from serving.embeddings import EmbeddingService
 from serving.protocol import ChatCompletionRequest, NamedToolChoice
 from serving.selection.rank import ToolRanker, floor_applies
 
-__all__ = ["ABSTAIN_RULE", "MultilingualEmbedder", "ServerEmbedder", "rank_request"]
+__all__ = [
+    "ABSTAIN_RULE",
+    "RESULTS_RULE",
+    "MultilingualEmbedder",
+    "ServerEmbedder",
+    "rank_request",
+    "system_rules",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +53,25 @@ ABSTAIN_RULE = (
     "provides. Questions you can answer yourself (explanations, examples, code, general "
     "knowledge) get a direct answer in text, with no tool call."
 )
+# ``after_results``: said when the conversation ends with tool results. Without it the 1.5B,
+# given "19°C and foggy" for the weather it was asked, called the same tool again or answered
+# beside the point in most samples (docs/benchmarks.md, "After tool results").
+RESULTS_RULE = (
+    "When a tool has returned what the user asked for, answer the user from the tool's result "
+    "in one or two sentences; call a tool again only for something the results do not hold."
+)
+
+
+def system_rules(req: ChatCompletionRequest) -> str | None:
+    """The rules a tool turn's system message says for `req` (None: none): the abstention
+    rule (``abstain``), the results rule (``after_results``, when the last message is a tool
+    result)."""
+    rules = []
+    if req.loopstack.abstain:
+        rules.append(ABSTAIN_RULE)
+    if req.loopstack.after_results and req.messages and req.messages[-1].role == "tool":
+        rules.append(RESULTS_RULE)
+    return " ".join(rules) or None
 
 
 class ServerEmbedder:

@@ -122,3 +122,24 @@ def test_the_15b_resolves_to_its_own_folder_once_converted(tmp_path: Path) -> No
         "offline:qwen2.5-coder-1.5b-instruct", tmp_path, default_for_device="unused"
     )
     assert resolved.path_or_id == str(folder) and resolved.name == "qwen2.5-coder-1.5b-instruct"
+
+
+def test_a_converted_folder_gets_the_publishers_sampling_defaults_once(tmp_path: Path) -> None:
+    """The GGUF carries no sampling defaults, so vLLM sampled the 1.5B at temperature 1 over
+    the whole vocabulary; its folder now holds its publisher's, and keeps its own values."""
+    import json
+
+    folder = tmp_path / "models" / QWEN_CODER_15B.name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / ".loopstack-complete").write_text("x\n")
+    (folder / "generation_config.json").write_text('{"eos_token_id": 151645, "top_k": 5}')
+    assert ensure_offline(tmp_path, QWEN_CODER_15B) == folder
+    config = json.loads((folder / "generation_config.json").read_text())
+    assert config["eos_token_id"] == 151645 and config["top_k"] == 5  # its own value kept
+    assert config["temperature"] == 0.7 and config["top_p"] == 0.8
+    assert config["repetition_penalty"] == 1.1
+    before = (folder / "generation_config.json").stat().st_mtime_ns
+    ensure_offline(tmp_path, QWEN_CODER_15B)  # nothing missing: not written again
+    assert (folder / "generation_config.json").stat().st_mtime_ns == before
+    assert QWEN_CODER_05B.generation == {}  # make test's model: unchanged (not measured)

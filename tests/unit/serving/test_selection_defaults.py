@@ -23,7 +23,7 @@ from serving.protocol import ChatCompletionRequest
 from serving.selection import defaults as sd
 from serving.selection.defaults import SelectionDefaults, selection_defaults
 from serving.selection.rank import ToolRanker
-from serving.selection.requests import ABSTAIN_RULE
+from serving.selection.requests import ABSTAIN_RULE, RESULTS_RULE
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import ADD, WEATHER, call, post_chat
 
@@ -125,6 +125,32 @@ async def test_the_server_defaults_reach_the_turn_and_the_response_says_so(
     assert ABSTAIN_RULE not in h.engine.requests[0][1]["prompt"]
 
 
+async def test_the_results_rule_is_said_only_after_a_tool_result(guidance: Harness) -> None:
+    """``after_results``: the 1.5B, given the weather it asked for, called the same tool again
+    or answered beside the point in most samples; the rule is said in the system message of
+    a turn whose conversation ends with tool results, never before."""
+    h = guidance
+    h.chat.selection = SelectionDefaults(after_results=True)
+    h.engine.constrained = ["It is 19°C and foggy."]
+    asked = [{"role": "user", "content": "Weather in Paris?"}]
+    resp = await post_chat(h, tools=[WEATHER], messages=asked)
+    assert resp.status_code == 200, resp.text
+    assert "x-loopstack-selection" not in resp.headers  # nothing applied before a result
+    assert RESULTS_RULE not in h.engine.requests[-1][1]["prompt"]
+    answered = [*asked,
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "19°C and foggy"}]  # fmt: skip
+    resp = await post_chat(h, tools=[WEATHER], messages=answered)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-loopstack-selection"] == "server defaults: after_results"
+    assert RESULTS_RULE in h.engine.requests[-1][1]["prompt"]
+    resp = await post_chat(h, tools=[WEATHER], messages=answered,
+                           loopstack={"after_results": False})  # fmt: skip
+    assert RESULTS_RULE not in h.engine.requests[-1][1]["prompt"]
+
+
 # --- the decision before the call --------------------------------------------------------------
 
 TOK = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
@@ -223,8 +249,11 @@ def test_the_shipped_defaults_are_per_model(monkeypatch: pytest.MonkeyPatch) -> 
     assert small == SelectionDefaults(rank=True, top_k=5, min_score=0.15, abstain=True)
     assert selection_defaults("qwen2.5-coder-0.5b-instruct", rank=False).rank is False
     assert selection_defaults("qwen2.5-coder-0.5b-instruct", min_score="off").min_score is None
-    assert selection_defaults("qwen2.5-coder-1.5b-instruct") == SelectionDefaults(abstain=True)
-    assert selection_defaults("qwen2.5-coder-1.5b-instruct", abstain=False) == SelectionDefaults()
+    big = SelectionDefaults(abstain=True, after_results=True)  # the results rule: 2026-12-07
+    assert selection_defaults("qwen2.5-coder-1.5b-instruct") == big
+    assert selection_defaults("qwen2.5-coder-1.5b-instruct", abstain=False, after_results=False) == (
+        SelectionDefaults()
+    )
     assert selection_defaults("Qwen/Qwen3-8B") == SelectionDefaults()  # not measured: off
     monkeypatch.setitem(sd.SHIPPED, "qwen2.5-coder-0.5b-instruct", SelectionDefaults())
     assert selection_defaults("qwen2.5-coder-0.5b-instruct", abstain=True).rank is False
