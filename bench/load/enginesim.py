@@ -32,6 +32,7 @@ import math
 import random
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.common import percentile
@@ -59,6 +60,7 @@ class SimStats:
     e2e: list[float]
     makespan_s: float
     iterations: int
+    outputs: list[float]
 
     @property
     def throughput_rps(self) -> float:
@@ -135,11 +137,14 @@ def simulate(
     concurrency: int = 1,
     rate: float = 0.0,
     seed: int = 0,
+    outputs: Sequence[int] | None = None,
 ) -> SimStats:
     """Run ``n`` requests of ``prompt`` -> ``output`` tokens through the engine (``mode``:
-    closed | poisson | offline; see the module docstring)."""
-    if prompt < 1 or output < 1 or n < 1:
+    closed | poisson | offline; see the module docstring); ``outputs``: each request's own
+    output length instead (the i-th request sent gets ``outputs[i % len(outputs)]``)."""
+    if prompt < 1 or output < 1 or n < 1 or (outputs is not None and min(outputs, default=0) < 1):
         raise BenchError("a simulated request needs a prompt, an output and a count >= 1")
+    lengths = list(outputs) if outputs else [output]
     if mode == "poisson" and rate <= 0:
         raise BenchError("poisson arrivals need a rate > 0")
     over = e.overhead(prompt)
@@ -148,7 +153,8 @@ def simulate(
 
     def send(at: float) -> None:
         nonlocal sent
-        heapq.heappush(arrivals, (at + over, sent, _Req(at, at + over, prompt, output)))
+        out = lengths[sent % len(lengths)]
+        heapq.heappush(arrivals, (at + over, sent, _Req(at, at + over, prompt, out)))
         sent += 1
 
     if mode == "closed":
@@ -196,5 +202,29 @@ def simulate(
                     send(now)
     ttft = [r.first - r.send for r in done]
     e2e = [r.end - r.send for r in done]
-    tpot = [(r.end - r.first) / (output - 1) if output > 1 else 0.0 for r in done]
-    return SimStats(ttft, tpot, e2e, now, iters)
+    tpot = [(r.end - r.first) / (r.output - 1) for r in done if r.output > 1]
+    outs = [float(r.output) for r in done]
+    return SimStats(ttft, tpot or [0.0], e2e, now, iters, outs)
+
+
+def max_entropy_lengths(mean: float, cap: int, n: int, seed: int = 0) -> list[int]:
+    """``n`` lengths in [1, cap] with the given mean and nothing else assumed: the maximum
+    entropy distribution, p(k) proportional to exp(lam x k), lam solving the mean (lam = 0,
+    uniform, at mean (cap + 1) / 2). For a benchmark that states a cap and, through its
+    throughput, a mean, but not the spread."""
+    if not 1 <= mean <= cap:
+        raise BenchError(f"a mean output of {mean} does not lie in [1, {cap}]")
+    ks = range(1, cap + 1)
+
+    def mean_at(lam: float) -> float:
+        top = max(lam * k for k in ks)
+        w = [math.exp(lam * k - top) for k in ks]
+        return sum(k * x for k, x in zip(ks, w, strict=True)) / sum(w)
+
+    lo, hi = -50.0, 50.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean_at(mid) < mean else (lo, mid)
+    top = max(lo * k for k in ks)
+    weights = [math.exp(lo * k - top) for k in ks]
+    return random.Random(seed).choices(list(ks), weights, k=n)

@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.load import BenchError
 from bench.load.architecture import load_architecture
-from bench.load.enginesim import Engine, SimStats, simulate
+from bench.load.enginesim import Engine, SimStats, max_entropy_lengths, simulate
 from bench.load.hardware import get_hardware
 from bench.load.replica import StepFn, max_rate
 from bench.load.roofline import Batch, Coefficients, ReplicaSpec, fit_coefficients, step_s
@@ -167,10 +167,17 @@ def predict_concurrency(e: _Engine, wl: dict[str, Any]) -> dict[str, float | Non
     start together, ``num_prompts`` requests in all."""
     c, out = int(wl["concurrency"]), round(float(wl["output_tokens"]))
     n = int(wl.get("num_prompts", CONCURRENCY_PROMPTS))
-    st = simulate(e.sim(), round(float(wl["input_tokens"])), out, mode="closed", n=n, concurrency=c)
-    extra = e.itl_extra
-    return {"ttft_median": st.median("ttft"), "ttft_mean": st.mean("ttft"),
-            "tpot": st.mean("tpot") + extra, "e2e": st.mean("e2e") + (out - 1) * extra}  # fmt: skip
+    outputs = None
+    if "output_cap" in wl:  # lengths vary under a cap: the cap and the mean, nothing else
+        outputs = max_entropy_lengths(float(wl["output_tokens"]), int(wl["output_cap"]), n)
+    st = simulate(e.sim(), round(float(wl["input_tokens"])), out, mode="closed", n=n,
+                  concurrency=c, outputs=outputs)  # fmt: skip
+    mean_out, extra = st.mean("outputs"), e.itl_extra
+    e2e = st.mean("e2e") + (mean_out - 1) * extra
+    # TPOT as the sources derive it: (e2e mean - TTFT mean) / (mean output - 1)
+    tpot = (e2e - st.mean("ttft")) / max(1.0, mean_out - 1)
+    return {"ttft_median": st.median("ttft"), "ttft_mean": st.mean("ttft"), "tpot": tpot,
+            "e2e": e2e}  # fmt: skip
 
 
 def validate_table(path: Path = DEFAULT_TABLE, coeffs: Coefficients | None = None) -> Report:

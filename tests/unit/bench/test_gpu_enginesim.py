@@ -8,7 +8,7 @@ import pytest
 
 from bench.load import BenchError
 from bench.load.architecture import load_architecture
-from bench.load.enginesim import Engine, simulate
+from bench.load.enginesim import Engine, max_entropy_lengths, simulate
 from bench.load.hardware import get_hardware
 from bench.load.roofline import Batch, ReplicaSpec, vllm_server_defaults
 
@@ -88,6 +88,30 @@ def test_poisson_is_seeded_and_queues_under_load() -> None:
     assert hi.mean("tpot") > lo.mean("tpot") > 0.005
 
 
+def test_each_request_its_own_output_length() -> None:
+    # A: 2 tokens (first at 10 ms, end at 20); B: 4 tokens (first at 10, end at 40)
+    st = simulate(flat(0.010), 10, 99, mode="closed", n=2, concurrency=2, outputs=[2, 4])
+    assert st.outputs == [2.0, 4.0]
+    assert st.e2e == pytest.approx([0.020, 0.040]) and st.tpot == pytest.approx([0.010] * 2)
+
+
+def test_max_entropy_lengths_by_hand() -> None:
+    # on {1, 2} with mean 1.75: p(2) = 0.75, p(1) = 0.25 (the only distribution there)
+    two = max_entropy_lengths(1.75, 2, 20_000, seed=1)
+    assert two.count(2) / len(two) == pytest.approx(0.75, abs=0.01)
+    # the middle of [1, 128] is the uniform distribution
+    mid = max_entropy_lengths(64.5, 128, 20_000, seed=1)
+    assert min(mid) == 1 and max(mid) == 128
+    assert sum(mid) / len(mid) == pytest.approx(64.5, abs=0.7)
+    # a mean near the cap leans on it; seeded
+    hi = max_entropy_lengths(100.3, 128, 20_000, seed=2)
+    assert sum(hi) / len(hi) == pytest.approx(100.3, abs=0.5) and max(hi) == 128
+    assert hi.count(128) > hi.count(64) > hi.count(1)
+    assert hi == max_entropy_lengths(100.3, 128, 20_000, seed=2)
+    with pytest.raises(BenchError):
+        max_entropy_lengths(130, 128, 10)
+
+
 def test_bad_input_is_a_clear_error() -> None:
     with pytest.raises(BenchError):
         simulate(flat(0.01), 0, 5, mode="closed", n=1)
@@ -95,6 +119,8 @@ def test_bad_input_is_a_clear_error() -> None:
         simulate(flat(0.01), 10, 5, mode="poisson", n=1)
     with pytest.raises(BenchError):
         simulate(flat(0.01), 10, 5, mode="burst", n=1)
+    with pytest.raises(BenchError):
+        simulate(flat(0.01), 10, 5, mode="closed", n=1, outputs=[0])
 
 
 def test_vllm_default_budget_and_seqs_by_gpu() -> None:
