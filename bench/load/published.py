@@ -152,7 +152,10 @@ def predict_server(e: _Engine, wl: dict[str, Any], at_rate: float) -> dict[str, 
             and st.p("tpot", 99) + e.itl_extra <= wl["slo_tpot_p99_s"]
         )
 
-    return {"max_rate": max_rate(ok, tol=0.005), "tpot": run(at_rate).mean("tpot") + e.itl_extra}
+    # the search starts at half the saturation rate: low trial rates cost the most iterations
+    hi = max(saturation / 2, 1e-3)
+    return {"max_rate": max_rate(ok, hi=hi, tol=0.005),
+            "tpot": run(at_rate).mean("tpot") + e.itl_extra}  # fmt: skip
 
 
 def predict_offline(e: _Engine, wl: dict[str, Any]) -> dict[str, float | None]:
