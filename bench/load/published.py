@@ -28,8 +28,9 @@ from typing import Any
 
 from bench.load import BenchError
 from bench.load.architecture import load_architecture
+from bench.load.enginesim import Engine, SimStats, max_entropy_lengths, simulate
 from bench.load.hardware import get_hardware
-from bench.load.replica import Saturated, Steady, StepFn, Traffic, latency, max_rate, solve
+from bench.load.replica import StepFn, max_rate
 from bench.load.roofline import Batch, Coefficients, ReplicaSpec, fit_coefficients, step_s
 
 DEFAULT_TABLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "published_gpu_runs.json"
@@ -94,17 +95,22 @@ class _Engine:
     itl_extra: float  # added to every output token's latency (BLIS alpha2)
     budget: int
     max_seqs: int
+    kv_tokens: float
 
     def overhead(self, prompt: float) -> float:
         return self.ttft_over + self.ttft_per_token * prompt
+
+    def sim(self) -> Engine:
+        return Engine(self.step, self.overhead, self.budget, self.max_seqs, self.kv_tokens)
 
 
 def engines(run: dict[str, Any], coeffs: Coefficients) -> tuple[_Engine, _Engine | None]:
     arch = load_architecture(run["model"])
     spec = ReplicaSpec(get_hardware(run["hardware"]), arch, int(run.get("tp", 1)),
                        run.get("weights", "bf16"), run.get("kv", "bf16"))  # fmt: skip
+    kv = float(spec.kv_capacity_tokens())
     ours = _Engine(lambda b: step_s(spec, coeffs, b), coeffs.request_s, coeffs.request_token_s,
-                   0.0, spec.token_budget, spec.max_seqs)  # fmt: skip
+                   0.0, spec.token_budget, spec.max_seqs, kv)  # fmt: skip
     key = (arch.name, run["hardware"], int(run.get("tp", 1)))
     blis = None
     if key in BLIS:
@@ -113,60 +119,68 @@ def engines(run: dict[str, Any], coeffs: Coefficients) -> tuple[_Engine, _Engine
         def blis_step(b: Batch) -> float:
             return b0 + b1 * b.prefill_tokens + b2 * b.decode_seqs
 
-        blis = _Engine(blis_step, a0, a1, a2, spec.token_budget, spec.max_seqs)
+        blis = _Engine(blis_step, a0, a1, a2, spec.token_budget, spec.max_seqs, kv)
     return ours, blis
 
 
-def _steady(e: _Engine, tr: Traffic) -> Steady | None:
-    st = solve(e.step, tr, e.budget, e.max_seqs)
-    return None if isinstance(st, Saturated) else st
+# Requests a simulated run sends: MLPerf's Server at a trial rate, its Offline (every query at
+# once; a few times max_num_seqs, so the ramp and the tail weigh little), and a concurrency
+# sweep when the source does not say how many prompts it sent.
+SERVER_REQUESTS = 1500
+OFFLINE_BATCHES = 4
+CONCURRENCY_PROMPTS = 200
 
 
 def predict_server(e: _Engine, wl: dict[str, Any], at_rate: float) -> dict[str, float | None]:
-    inp, out = float(wl["input_tokens"]), float(wl["output_tokens"])
+    """The largest Poisson rate whose simulated TTFT p99 and TPOT p99 meet the SLO, and the
+    mean TPOT at the measured rate."""
+    inp, out = round(float(wl["input_tokens"])), round(float(wl["output_tokens"]))
+
+    def run(rate: float) -> SimStats:
+        return simulate(e.sim(), inp, out, mode="poisson", n=SERVER_REQUESTS, rate=rate)
+
+    # a finite run above the saturation rate can still meet the SLO before its queue grows:
+    # MLPerf's Server runs 10 minutes, so no rate past the Offline throughput is feasible
+    saturation = predict_offline(e, wl)["max_rate"] or 0.0
 
     def ok(rate: float) -> bool:
-        tr = Traffic(rate, inp, inp, out)
-        st = _steady(e, tr)
-        if st is None:
+        if rate >= saturation:
             return False
-        lat = latency(st, tr, e.overhead, e.budget, 0.99)
+        st = run(rate)
         return (
-            lat.ttft_s <= wl["slo_ttft_p99_s"] and lat.tpot_s + e.itl_extra <= wl["slo_tpot_p99_s"]
+            st.p("ttft", 99) <= wl["slo_ttft_p99_s"]
+            and st.p("tpot", 99) + e.itl_extra <= wl["slo_tpot_p99_s"]
         )
 
-    tr = Traffic(at_rate, inp, inp, out)
-    st = _steady(e, tr)
-    return {"max_rate": max_rate(ok), "tpot": None if st is None else st.iter_s + e.itl_extra}
+    # the search starts at half the saturation rate: low trial rates cost the most iterations
+    hi = max(saturation / 2, 1e-3)
+    return {"max_rate": max_rate(ok, hi=hi, tol=0.005),
+            "tpot": run(at_rate).mean("tpot") + e.itl_extra}  # fmt: skip
 
 
 def predict_offline(e: _Engine, wl: dict[str, Any]) -> dict[str, float | None]:
-    """Every query queued at once: the largest rate with a steady state (no SLO)."""
-    inp, out = float(wl["input_tokens"]), float(wl["output_tokens"])
-    return {"max_rate": max_rate(lambda r: _steady(e, Traffic(r, inp, inp, out)) is not None)}
+    """Every query queued at once: queries over the simulated makespan."""
+    inp, out = round(float(wl["input_tokens"])), round(float(wl["output_tokens"]))
+    n = OFFLINE_BATCHES * e.max_seqs
+    return {"max_rate": simulate(e.sim(), inp, out, mode="offline", n=n).throughput_rps}
 
 
 def predict_concurrency(e: _Engine, wl: dict[str, Any]) -> dict[str, float | None]:
-    c, inp, out = float(wl["concurrency"]), float(wl["input_tokens"]), float(wl["output_tokens"])
-    rate, st, tr = 0.0, None, Traffic(1e-9, inp, inp, out)
-    for _ in range(200):
-        tr = Traffic(max(rate, 1e-9), inp, inp, out)
-        st = _steady(e, tr)
-        if st is None:
-            return {}
-        lat = latency(st, tr, e.overhead, e.budget)
-        e2e = lat.e2e_s + (out - 1) * e.itl_extra
-        new = c / e2e
-        if abs(new - rate) < 1e-6 * new:
-            break
-        rate = 0.5 * rate + 0.5 * new
-    assert st is not None
-    mean_wait = st.iter_s * st.load / max(1e-9, 1 - st.load)
-    ttft_med = latency(st, tr, e.overhead, e.budget, 0.5).ttft_s
-    ttft_mean = ttft_med - st.wait_s(0.5) + mean_wait
-    tpot = st.iter_s + e.itl_extra
-    return {"ttft_median": ttft_med, "ttft_mean": ttft_mean, "tpot": tpot,
-            "e2e": ttft_mean + (out - 1) * tpot}  # fmt: skip
+    """``vllm bench serve --max-concurrency C`` at an unbounded request rate: C clients that
+    start together, ``num_prompts`` requests in all."""
+    c, out = int(wl["concurrency"]), round(float(wl["output_tokens"]))
+    n = int(wl.get("num_prompts", CONCURRENCY_PROMPTS))
+    outputs = None
+    if "output_cap" in wl:  # lengths vary under a cap: the cap and the mean, nothing else
+        outputs = max_entropy_lengths(float(wl["output_tokens"]), int(wl["output_cap"]), n)
+    st = simulate(e.sim(), round(float(wl["input_tokens"])), out, mode="closed", n=n,
+                  concurrency=c, outputs=outputs)  # fmt: skip
+    mean_out, extra = st.mean("outputs"), e.itl_extra
+    e2e = st.mean("e2e") + (mean_out - 1) * extra
+    # TPOT as the sources derive it: (e2e mean - TTFT mean) / (mean output - 1)
+    tpot = (e2e - st.mean("ttft")) / max(1.0, mean_out - 1)
+    return {"ttft_median": st.median("ttft"), "ttft_mean": st.mean("ttft"), "tpot": tpot,
+            "e2e": e2e}  # fmt: skip
 
 
 def validate_table(path: Path = DEFAULT_TABLE, coeffs: Coefficients | None = None) -> Report:

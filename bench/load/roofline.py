@@ -77,6 +77,17 @@ class Coefficients:
         )
 
 
+def vllm_server_defaults(hw: Hardware) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that ``vllm serve`` picks for a GPU when neither
+    is set: vLLM's ``EngineArgs`` (engine/arg_utils.py, V1, 0.8-0.10 and later) gives the
+    OpenAI server 8192 tokens and 1024 sequences on a GPU of 70 GiB or more that is not an
+    A100 ("Setting large max_num_batched_tokens for A100 reduces throughput", PR #17885), and
+    2048 tokens and 256 sequences on every other GPU (an RTX 4090, an L40S, an A100)."""
+    if hw.mem_bytes >= 70 * 2**30 and "a100" not in hw.name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
 @dataclass(frozen=True)
 class ReplicaSpec:
     """One replica: ``tp`` GPUs of ``hardware`` serving ``arch``."""
@@ -87,8 +98,8 @@ class ReplicaSpec:
     weights: str = "bf16"  # dtype of the weights (fp8: W8A8 where the GPU has FP8 cores)
     kv: str = "bf16"  # dtype of the KV cache
     gpu_memory_utilization: float = 0.9  # vLLM's default
-    token_budget: int = 8192  # max_num_batched_tokens (vLLM V1 default on GPUs)
-    max_seqs: int = 1024  # max_num_seqs
+    token_budget: int = 0  # max_num_batched_tokens; 0: vLLM's default for the GPU
+    max_seqs: int = 0  # max_num_seqs; 0: vLLM's default for the GPU
 
     def __post_init__(self) -> None:
         if self.tp < 1:
@@ -99,6 +110,11 @@ class ReplicaSpec:
             )
         dtype_bytes(self.weights)
         dtype_bytes(self.kv)
+        budget, seqs = vllm_server_defaults(self.hardware)
+        if self.token_budget <= 0:
+            object.__setattr__(self, "token_budget", budget)
+        if self.max_seqs <= 0:
+            object.__setattr__(self, "max_seqs", seqs)
 
     @property
     def weight_bytes(self) -> float:

@@ -35,6 +35,20 @@ def test_every_held_out_figure_is_predicted_and_sourced(report: Report) -> None:
     assert any(line.startswith("TPOT") for line in summary_lines(report))
 
 
+def test_derived_figures_follow_from_the_published_ones() -> None:
+    # the RTX 4090 sweep: mean output = output tok/s / req/s; e2e = C / req/s (Little);
+    # TPOT = (e2e - TTFT) / (output - 1), as the table's "derived" field says
+    for r in json.loads(DEFAULT_TABLE.read_text())["runs"]:
+        m, wl = r["measured"], r["workload"]
+        if "output_tok_s" not in m:
+            continue
+        out = m["output_tok_s"] / m["rate_qps"]
+        assert wl["output_tokens"] == pytest.approx(out, abs=0.05) and out < wl["output_cap"]
+        assert m["e2e_mean_s"] == pytest.approx(wl["concurrency"] / m["rate_qps"], rel=0.01)
+        tpot = (m["e2e_mean_s"] - m["ttft_mean_s"]) / (wl["output_tokens"] - 1)
+        assert m["tpot_mean_s"] == pytest.approx(tpot, rel=1e-3)
+
+
 def test_fit_sources_are_not_in_the_validation_table(report: Report) -> None:
     assert report.coeffs is not None
     table = DEFAULT_TABLE.read_text()
@@ -52,7 +66,8 @@ def test_at_least_as_good_as_blis_where_both_predict(report: Report) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="issue #57's goal is not met on the held-out runs (see docs/benchmarks.md, "
-    "'GPU fleet plan'): TPOT, TTFT, end-to-end and MLPerf rates are further off",
+    "'GPU fleet plan'): end-to-end and TPOT are within it since the second pass, TTFT "
+    "(~34 %) and the MLPerf Server rates (+38 %, +62 %) are not",
 )
 def test_the_goal_on_held_out_runs(report: Report) -> None:
     e2e, tpot, ttft = (report.median_error(m) for m in ("e2e", "tpot", "ttft"))
