@@ -21,7 +21,7 @@ them; ``loopstack bench SUBJECT NAME --help`` shows a benchmark's options):
     loopstack bench serving soak|loop-safety|turn-requests
     loopstack bench memory latency|isolation|locomo|multilingual|postgres
     loopstack bench corpus build
-    loopstack bench agent overhead|selection|bfcl
+    loopstack bench agent overhead|selection|bfcl|after-results
     loopstack bench golden run|bootstrap
     loopstack bench server cpu snapshot|diff
 """
@@ -426,6 +426,8 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
                       "Right tool among 5/10/30 by order and ranking; false calls (a server)."),
         "bfcl": ("bench.agent.bfcl",
                  "The same on BFCL's published multiple-function and irrelevance sets."),
+        "after-results": ("bench.agent.after_results",
+                          "After a tool result, does the model answer from it (a server)."),
     }),
     "server": ("A running server's own figures.", {
         "cpu": ("bench.load.process_cpu",
