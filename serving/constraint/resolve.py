@@ -253,8 +253,9 @@ def answer_rule(schema: Any) -> str:
     holds the answer to it; the model is told its fields, as a hosted API tells its own)."""
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     return (
-        "When you answer without calling a tool, the answer is one JSON value, with no text "
-        f"around it, that follows this JSON schema: {text}"
+        "Call the tools the request needs first, and take every fact from their results. "
+        "Once you have what the answer needs, answer with one JSON value, with no text around "
+        f"it, that follows this JSON schema: {text}"
     )
 
 

@@ -341,6 +341,7 @@ async def test_response_format_beside_tools_holds_the_answer_of_an_auto_turn(
     grammar = body["structured_outputs"]["grammar"]
     assert "answer: %json" in grammar and '"maximum": 100' in grammar
     assert 'follows this JSON schema: {"type":"object"' in body["prompt"]  # the model is told
+    assert "Call the tools the request needs first" in body["prompt"]
     # a call is still a call
     h.engine.requests.clear()
     h.engine.constrained = [TOOL_CALL_OPEN + call("get_weather", {"city": "Paris", "days": 2})]
@@ -386,6 +387,9 @@ def test_the_answer_grammar_allows_the_answer_or_calls_and_nothing_else() -> Non
         weather = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}'
         assert accepts(spec, head[0] + '{"answer": 42}'), decide
         assert accepts(spec, head[1] + TOOL_CALL_OPEN + weather + TOOL_CALL_CLOSE), decide
+        if not decide:  # a bare call, as small models write one (in the answer's branch)
+            assert accepts(spec, weather) and not accepts(spec, weather + "\n" + weather)
+            assert not accepts(spec, weather.replace("get_weather", "get_time"))
         assert not accepts(spec, head[0] + "The answer is 42."), decide
         assert not accepts(spec, head[0] + '{"answer": 420}'), decide  # out of its bounds
         assert not accepts(spec, head[0] + '{"answer": 42} and more'), decide
