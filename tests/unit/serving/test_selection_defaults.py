@@ -251,9 +251,8 @@ def test_the_shipped_defaults_are_per_model(monkeypatch: pytest.MonkeyPatch) -> 
     assert selection_defaults("qwen2.5-coder-0.5b-instruct", min_score="off").min_score is None
     big = SelectionDefaults(abstain=True, after_results=True)  # the results rule: 2026-12-07
     assert selection_defaults("qwen2.5-coder-1.5b-instruct") == big
-    assert selection_defaults("qwen2.5-coder-1.5b-instruct", abstain=False, after_results=False) == (
-        SelectionDefaults()
-    )
+    off = selection_defaults("qwen2.5-coder-1.5b-instruct", abstain=False, after_results=False)
+    assert off == SelectionDefaults()
     assert selection_defaults("Qwen/Qwen3-8B") == SelectionDefaults()  # not measured: off
     monkeypatch.setitem(sd.SHIPPED, "qwen2.5-coder-0.5b-instruct", SelectionDefaults())
     assert selection_defaults("qwen2.5-coder-0.5b-instruct", abstain=True).rank is False
