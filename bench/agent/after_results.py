@@ -30,9 +30,9 @@ import typer
 
 from bench.clients.checks import states_number
 from bench.clients.runs import draw_value
+from bench.clients.sdk_tasks import QUESTION  # the client bench's own round trip
 from bench.commandline import benchmark_app, parse_command
 
-QUESTION = "What is the weather in Paris right now? Use the get_weather tool."
 TOOL = {
     "type": "function",
     "function": {

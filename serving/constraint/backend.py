@@ -161,7 +161,7 @@ class GrammarBackend:
             if not schemas:
                 return None
         auto = plan.mode == "auto"
-        answer = plan.answer.schema if auto and plan.answer is not None else None
+        answer = plan.answer.schema if plan.answer is not None else None  # auto only (`plan`)
         spec = TurnSpec(plan.mode, schemas, plan.parallel, plan.decide and auto, answer)
         return await self.constraint(spec)
 

@@ -161,11 +161,7 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
             lines.append(f"{rule}_trig[lazy]: TEXT /({trigger})/")
             lines.append(f"{rule}: {rule}_trig ({' | '.join(rests)})")
     else:
-        for i, (name, schema) in enumerate(spec.tools.items()):
-            rule = f"call_{i}"
-            names.append(rule)
-            args = _arguments(schema, f"x{i}_", custom)
-            lines.append(f'{rule}: {_lit(envelope.call_head(name))} {args} "}}"')
+        names = _exact_calls(spec, lines, custom)
     calls = " | ".join(names)
     opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS) if tag_ids else ("", "")
     if spec.mode == "auto":
@@ -201,6 +197,17 @@ def lark_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None = None) -> str:
     return "\n".join(lines + custom) + "\n"
 
 
+def _exact_calls(spec: TurnSpec, lines: list[str], custom: list[str]) -> list[str]:
+    """One rule per offered tool, ``call_<i>``: its call from ``{"name": ...`` to the closing
+    brace (added to `lines`, a Lark text's rules to `custom`); the rules' names."""
+    names = []
+    for i, (name, schema) in enumerate(spec.tools.items()):
+        names.append(f"call_{i}")
+        args = _arguments(schema, f"x{i}_", custom)
+        lines.append(f'call_{i}: {_lit(envelope.call_head(name))} {args} "}}"')
+    return names
+
+
 def _answer_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None) -> str:
     """``auto`` with a client's ``response_format`` (the Agents SDK's ``output_type`` beside
     its tools): the turn is either the answer - one JSON value under that schema, no text
@@ -209,11 +216,8 @@ def _answer_grammar(spec: TurnSpec, tag_ids: dict[str, int] | None) -> str:
     opened, closed = (f"<[{tag_ids[t]}]>" for t in envelope.CALL_TAGS) if tag_ids else (
         _lit(envelope.CALL_TAGS[0]), _lit(envelope.CALL_TAGS[1]))  # fmt: skip
     custom: list[str] = []
-    lines, names = ["%llguidance {}"], []
-    for i, (name, schema) in enumerate(spec.tools.items()):
-        names.append(f"call_{i}")
-        args = _arguments(schema, f"x{i}_", custom)
-        lines.append(f'call_{i}: {_lit(envelope.call_head(name))} {args} "}}"')
+    lines = ["%llguidance {}"]
+    names = _exact_calls(spec, lines, custom)
     more = f' ("\\n" {closed} "\\n" {opened} "\\n" call)*' if spec.parallel else ""
     calls = f'{opened} "\\n" call{more} ("\\n" {closed})? END'
     if spec.decide:

@@ -132,6 +132,7 @@ async def admit(backend: Backend, request: TurnRequest) -> Admitted:
         return Admitted(None, headers)
     answers = getattr(backend, "answers", False) or not req.loopstack.constrained
     check_tool_request(req, answers=answers, backend=backend.name)
+    # a turn that must call ignores response_format (as OpenAI does): admitted for auto only
     answer = await answer_schema(backend, req) if choice == "auto" else None
     decides = getattr(backend, "decides", False)  # writes `loopstack.decide`'s line
     return Admitted(plan(request, choice, compiled, decides=decides, answer=answer), headers)
@@ -213,8 +214,7 @@ def plan(
     decide = req.loopstack.decide and mode == "auto" and decides
     if decide:
         messages = with_system_rule(messages, DECIDE_RULE)
-    answer = answer if mode == "auto" else None
-    if answer is not None:  # the model is told the shape its answer is held to
+    if answer is not None:  # auto turns only (`admit`): the model is told its answer's shape
         messages = with_system_rule(messages, answer_rule(answer.schema))
     prompt = request.prompts.render(messages, tools)
     max_tokens = req.completion_limit or request.max_tool_tokens
@@ -263,19 +263,14 @@ async def answer_schema(backend: Backend, req: ChatCompletionRequest) -> Compile
     """The schema an ``auto`` turn's answer is held to: ``response_format``'s ``json_schema``
     (admitted like a tool's parameters), any object for ``json_object``; None for text."""
     rf = req.response_format
-    if rf is None or rf.type == "text":
+    found = client_constraint({"response_format": rf.model_dump(by_alias=True)}) if rf else None
+    if found is None:  # text
         return None
-    body = rf.model_dump(by_alias=True, exclude_none=True)
-    if rf.type == "json_object":
-        schema: Any = {"type": "object"}
-    else:
-        schema = (body.get("json_schema") or {}).get("schema")
-        if not isinstance(schema, dict):
-            raise InvalidRequest(
-                "response_format.json_schema needs `schema`", param="response_format.json_schema"
-            )
-    what = "response_format.json_schema"
-    return await backend.tool_schema(schema, what=what, enforced=req.loopstack.constrained)
+    param, kind, value = found  # the one reading of response_format (client_constraints)
+    schema = {"type": "object"} if kind == "json_object" else value
+    if not isinstance(schema, dict):
+        raise InvalidRequest(f"{param} needs `schema`", param=param)
+    return await backend.tool_schema(schema, what=param, enforced=req.loopstack.constrained)
 
 
 def with_system_rule(messages: list[dict[str, Any]], rule: str) -> list[dict[str, Any]]:

@@ -30,7 +30,13 @@ from typing import Any, Literal, TypeVar
 
 from serving.protocol import ChatCompletionRequest, ToolRankOptions
 
-__all__ = ["RANK_MAX_TOOLS", "SHIPPED", "SelectionDefaults", "selection_defaults"]
+__all__ = [
+    "RANK_MAX_TOOLS",
+    "SHIPPED",
+    "SelectionDefaults",
+    "ends_with_results",
+    "selection_defaults",
+]
 
 #: The server's ranking applies to requests offering at most this many tools: it was measured
 #: at 5 and 10 (docs/benchmarks.md, "Tool selection"). A larger set is a harness's toolbox for
@@ -40,6 +46,11 @@ RANK_MAX_TOOLS = 10
 
 
 _RULES = ("abstain", "decide", "after_results")  # the boolean fields a request may leave unsaid
+
+
+def ends_with_results(req: ChatCompletionRequest) -> bool:
+    """Whether the conversation ends with tool results (where ``after_results`` is said)."""
+    return bool(req.messages) and req.messages[-1].role == "tool"
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,7 @@ class SelectionDefaults:
         update: dict[str, Any] = {}
         if "tool_rank" not in said and self.rank and len(req.tools) <= RANK_MAX_TOOLS:
             update["tool_rank"] = ToolRankOptions(top_k=self.top_k, min_score=self.min_score)
-        answered = bool(req.messages) and req.messages[-1].role == "tool"
+        answered = ends_with_results(req)
         for key in _RULES:
             if key == "after_results" and not answered:
                 continue  # said only after tool results: not applied (nor named) before

@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from serving.embeddings import EmbeddingService
 from serving.protocol import ChatCompletionRequest, NamedToolChoice
+from serving.selection.defaults import ends_with_results
 from serving.selection.rank import ToolRanker, floor_applies
 
 __all__ = [
@@ -69,7 +70,7 @@ def system_rules(req: ChatCompletionRequest) -> str | None:
     rules = []
     if req.loopstack.abstain:
         rules.append(ABSTAIN_RULE)
-    if req.loopstack.after_results and req.messages and req.messages[-1].role == "tool":
+    if req.loopstack.after_results and ends_with_results(req):
         rules.append(RESULTS_RULE)
     return " ".join(rules) or None
 
