@@ -189,8 +189,9 @@ async def test_a_restart_waits_for_the_killed_engine_to_let_go_of_its_port(
     engine = make_engine(port, tmp_path, restart_timeout_s=10.0)
     await engine.start()
     try:
+        pids = engine.engine_pids()  # before the kill: a killed launcher's children are reparented
         engine._proc.kill_now()  # type: ignore[union-attr]
-        assert await asyncio.to_thread(all_gone, engine.engine_pids(), 5) is not None
+        assert await asyncio.to_thread(all_gone, pids, 5) is not None
         dying = socket.socket()
         dying.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         dying.bind(("127.0.0.1", port))
