@@ -1,10 +1,11 @@
 """The GPU replica model against published vLLM runs it was not fitted on
 (tests/data/published_gpu_runs.json), BLIS's coefficients beside it.
 
-The goal of issue #57 is asserted as it stands; it is not met today, so that test is a
-strict xfail: it runs the real prediction, and the day the model meets the goal it XPASSes
-and fails, so the mark must go. Nothing here is tuned on these runs: the fit's sources
-(`bench.load.roofline.fit_coefficients`) are none of them.
+The goal of issue #57 is asserted in three parts: end-to-end and TPOT (met: a plain test),
+TTFT and the MLPerf Server rates (not met: each a strict xfail that runs the real prediction
+and XPASSes, so fails, the day the model meets it, so the mark must go). Nothing here is
+tuned on these runs: the fit's sources (`bench.load.roofline.fit_coefficients`) are none of
+them.
 """
 
 from __future__ import annotations
@@ -63,17 +64,29 @@ def test_at_least_as_good_as_blis_where_both_predict(report: Report) -> None:
         assert ours <= blis, (metric, ours, blis)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #57's goal is not met on the held-out runs (see docs/benchmarks.md, "
-    "'GPU fleet plan'): end-to-end and TPOT are within it since the second pass, TTFT "
-    "(~34 %) and the MLPerf Server rates (+38 %, +62 %) are not",
-)
-def test_the_goal_on_held_out_runs(report: Report) -> None:
-    e2e, tpot, ttft = (report.median_error(m) for m in ("e2e", "tpot", "ttft"))
+def test_the_met_part_of_the_goal_on_held_out_runs(report: Report) -> None:
+    # met since the second pass: end-to-end and TPOT medians within 10 % on held-out runs
+    e2e, tpot = report.median_error("e2e"), report.median_error("tpot")
     assert e2e is not None and e2e <= 0.10
     assert tpot is not None and tpot <= 0.10
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue #57's TTFT goal is not met on the held-out runs (~34 %: the RTX 4090 sweep "
+    "at 32-48 clients waits 3-8x longer than simulated; see the NOTES' third pass)",
+)
+def test_the_ttft_goal_on_held_out_runs(report: Report) -> None:
+    ttft = report.median_error("ttft")
     assert ttft is not None and ttft <= 0.20
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue #57's MLPerf goal is not met: the simulated Server rates are +38 % (H100) "
+    "and +62 % (L40S); the Offline saturation itself is 22-28 % high (see the NOTES' third pass)",
+)
+def test_the_mlperf_goal_on_held_out_runs(report: Report) -> None:
     for f in report.figures:
         if f.metric == "max_rate" and f.stat == "at SLO":  # MLPerf Server, H100 and L40S
             err = f.err()
