@@ -27,6 +27,7 @@ import pytest
 from openai import OpenAI
 
 from serving.config import OFFLINE_SMALL
+from tests.integration.engine_counts import EngineCounts
 from tests.ports import free_port
 
 API_KEY = "test-key-123"
@@ -69,6 +70,10 @@ class Launch:
 
 
 _early: list[Launch] = []  # the session's server, launched when collection ends
+# LOOPSTACK_TEST_COUNTS=<file>: each file's engine requests and tokens (engine_counts.py)
+COUNTS_FILE = os.environ.get("LOOPSTACK_TEST_COUNTS")
+_counts = EngineCounts()
+_engine: list[str] = []  # the session engine's URL, once known
 
 
 def launch_server() -> Launch:
@@ -91,6 +96,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if any("server" in getattr(item, "fixturenames", ()) for item in session.items):
         _early.append(launch_server())
+        _engine.append(_early[0].engine_url)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With LOOPSTACK_TEST_COUNTS: the engine's counters before and after each test."""
+    if not COUNTS_FILE or Path(__file__).parent not in item.path.parents:
+        yield
+        return
+    engine = os.environ.get("LOOPSTACK_TEST_ENGINE_URL") or (_engine[0] if _engine else None)
+    _counts.begin(engine)
+    yield
+    _counts.end(item.path.name, engine)
 
 
 def end_server(launch: Launch, *, keep_log: bool) -> None:
@@ -107,6 +125,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop an early-launched server that no test came to use (a run cut short by -x or ^C)."""
     while _early:
         end_server(_early[0], keep_log=session.testsfailed > 0)
+    if COUNTS_FILE and _counts.files:
+        _counts.write(Path(COUNTS_FILE))
+        print(f"\nengine counts per file ({COUNTS_FILE}):\n{_counts.table()}")
 
 
 @dataclass
@@ -172,6 +193,8 @@ def server(
         yield Server(reuse, engine, models.json()["data"][0]["id"], None, log)  # type: ignore[arg-type]
         return
     launch = _early[0] if _early else launch_server()
+    if not _engine:
+        _engine.append(launch.engine_url)
     proc, base = launch.proc, launch.base_url
     try:
         wait_healthy(base, proc, launch.log, START_TIMEOUT_S)
