@@ -70,6 +70,7 @@ class Launch:
 
 
 _early: list[Launch] = []  # the session's server, launched when collection ends
+_kill_9: list[Future[Any]] = []  # engine_procs.kill_9_during_start, begun when collection ends
 # LOOPSTACK_TEST_COUNTS=<file>: each file's engine requests and tokens (engine_counts.py)
 COUNTS_FILE = os.environ.get("LOOPSTACK_TEST_COUNTS")
 _counts = EngineCounts()
@@ -97,6 +98,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if any("server" in getattr(item, "fixturenames", ()) for item in session.items):
         _early.append(launch_server())
         _engine.append(_early[0].engine_url)
+    if any("kill_9" in getattr(item, "fixturenames", ()) for item in session.items):
+        from tests.integration.engine_procs import kill_9_during_start  # it imports this file
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="kill-9")
+        _kill_9.append(pool.submit(kill_9_during_start))
+        pool.shutdown(wait=False)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -204,6 +211,17 @@ def server(
         yield Server(base, launch.engine_url, models["data"][0]["id"], proc, launch.log)
     finally:
         end_server(launch, keep_log=request.session.testsfailed > 0)
+
+
+@pytest.fixture
+def kill_9() -> Any:
+    """The outcome of engine_procs.kill_9_during_start (an engine start of its own, killed):
+    begun when collection ended, so that its start overlaps the unit tests, else now."""
+    if _kill_9:
+        return _kill_9.pop().result()
+    from tests.integration.engine_procs import kill_9_during_start
+
+    return kill_9_during_start()
 
 
 @pytest.fixture(scope="session")
