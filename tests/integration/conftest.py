@@ -27,6 +27,7 @@ import pytest
 from openai import OpenAI
 
 from serving.config import OFFLINE_SMALL
+from tests.integration.engine_counts import EngineCounts
 from tests.ports import free_port
 
 API_KEY = "test-key-123"
@@ -69,6 +70,11 @@ class Launch:
 
 
 _early: list[Launch] = []  # the session's server, launched when collection ends
+_kill_9: list[Future[Any]] = []  # engine_procs.kill_9_during_start, begun when collection ends
+# LOOPSTACK_TEST_COUNTS=<file>: each file's engine requests and tokens (engine_counts.py)
+COUNTS_FILE = os.environ.get("LOOPSTACK_TEST_COUNTS")
+_counts = EngineCounts()
+_engine: list[str] = []  # the session engine's URL, once known
 
 
 def launch_server() -> Launch:
@@ -91,6 +97,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if any("server" in getattr(item, "fixturenames", ()) for item in session.items):
         _early.append(launch_server())
+        _engine.append(_early[0].engine_url)
+    if any("kill_9" in getattr(item, "fixturenames", ()) for item in session.items):
+        from tests.integration.engine_procs import kill_9_during_start  # it imports this file
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="kill-9")
+        _kill_9.append(pool.submit(kill_9_during_start))
+        pool.shutdown(wait=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With LOOPSTACK_TEST_COUNTS: the engine's counters before and after each test."""
+    if not COUNTS_FILE or Path(__file__).parent not in item.path.parents:
+        yield
+        return
+    engine = os.environ.get("LOOPSTACK_TEST_ENGINE_URL") or (_engine[0] if _engine else None)
+    _counts.begin(engine)
+    yield
+    _counts.end(item.path.name, engine)
 
 
 def end_server(launch: Launch, *, keep_log: bool) -> None:
@@ -107,6 +132,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop an early-launched server that no test came to use (a run cut short by -x or ^C)."""
     while _early:
         end_server(_early[0], keep_log=session.testsfailed > 0)
+    if COUNTS_FILE and _counts.files:
+        _counts.write(Path(COUNTS_FILE))
+        print(f"\nengine counts per file ({COUNTS_FILE}):\n{_counts.table()}")
 
 
 @dataclass
@@ -172,6 +200,8 @@ def server(
         yield Server(reuse, engine, models.json()["data"][0]["id"], None, log)  # type: ignore[arg-type]
         return
     launch = _early[0] if _early else launch_server()
+    if not _engine:
+        _engine.append(launch.engine_url)
     proc, base = launch.proc, launch.base_url
     try:
         wait_healthy(base, proc, launch.log, START_TIMEOUT_S)
@@ -181,6 +211,17 @@ def server(
         yield Server(base, launch.engine_url, models["data"][0]["id"], proc, launch.log)
     finally:
         end_server(launch, keep_log=request.session.testsfailed > 0)
+
+
+@pytest.fixture
+def kill_9() -> Any:
+    """The outcome of engine_procs.kill_9_during_start (an engine start of its own, killed):
+    begun when collection ended, so that its start overlaps the unit tests, else now."""
+    if _kill_9:
+        return _kill_9.pop().result()
+    from tests.integration.engine_procs import kill_9_during_start
+
+    return kill_9_during_start()
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 meets them. The engine never outlives the server, a stranger on the engine port is never
 adopted, SIGTERM is bounded, and the watchdog brings a killed engine back by itself.
 
-The kill -9 test starts a server of its own and kills it during its engine's start. The last
+The kill -9 test starts a server of its own and kills it during its engine's start (begun
+when collection ends, beside the unit tests: tests/integration/engine_procs.py). The last
 two end the session's server (marked `ends_server`, so they run after every other test): one
 engine start saved, and no second engine beside the session's. Its engine is killed
 mid-stream and must come back through a restart attempt that times out; then the server is
@@ -26,7 +27,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import openai
-import psutil
 import pytest
 
 from serving.engine.process import port_is_free
@@ -34,7 +34,6 @@ from tests.integration.conftest import (
     API_KEY,
     GRACE_S,
     RESTART_TIMEOUT_S,
-    SMALL_KV,
     START_TIMEOUT_S,
     Server,
     end_server,
@@ -43,51 +42,10 @@ from tests.integration.conftest import (
     start_server,
     wait_healthy,
 )
+from tests.integration.engine_procs import Kill9, engine_procs, seconds_until_gone, vllm_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-
-
-def engine_tree(server_pid: int) -> list[psutil.Process]:
-    """Every process below the server (the launcher, vLLM and vLLM's own children)."""
-    try:
-        return psutil.Process(server_pid).children(recursive=True)
-    except psutil.Error:
-        return []
-
-
-def _cmd(p: psutil.Process) -> str:
-    try:
-        return " ".join([p.name(), *p.cmdline()])
-    except psutil.Error:
-        return ""
-
-
-def engine_procs(server_pid: int) -> list[psutil.Process]:
-    """The launcher, vLLM's API server, its engine core and workers."""
-    return [p for p in engine_tree(server_pid) if "vllm" in _cmd(p).lower()]
-
-
-def vllm_api(server_pid: int) -> psutil.Process:
-    for p in engine_tree(server_pid):
-        cmd = _cmd(p)
-        if "vllm.entrypoints.openai.api_server" in cmd and "serving.engine.launcher" not in cmd:
-            return p
-    raise AssertionError("no vLLM process under the server")
-
-
-def seconds_until_gone(pids: set[int], timeout: float) -> float | None:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        alive = []
-        for pid in pids:
-            with contextlib.suppress(psutil.Error):
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-        if not alive:
-            return time.monotonic() - started
-        time.sleep(0.1)
-    return None
 
 
 def test_a_taken_engine_port_is_refused_and_the_stranger_never_used(tmp_path: Path) -> None:
@@ -129,28 +87,13 @@ def test_a_taken_engine_port_is_refused_and_the_stranger_never_used(tmp_path: Pa
     assert seen == [], "the server talked to a process it did not start"
 
 
-def test_kill_9_of_the_server_leaves_no_engine_behind(tmp_path: Path) -> None:
-    """kill -9 while vLLM loads the model (its engine core already spawned)."""
-    log, engine_port = tmp_path / "server.log", free_port()
-    env = {"LOOPSTACK_API_KEY": API_KEY, "LOOPSTACK_ENGINE_PORT": str(engine_port), **SMALL_KV}
-    proc = start_server(log, env, free_port())
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while len(engine_procs(proc.pid)) < 3:  # launcher, vLLM, engine core
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the engine never started"
-            time.sleep(0.5)
-        time.sleep(2)
-        pids = {p.pid for p in engine_tree(proc.pid)}
-        proc.kill()
-        proc.wait()
-        took = seconds_until_gone(pids, 10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    print(f"\nkill -9: {len(pids)} engine processes gone in {took} s")
-    assert took is not None, "engine processes outlived the server by 10 s"
-    assert port_is_free(engine_port)
+def test_kill_9_of_the_server_leaves_no_engine_behind(kill_9: Kill9) -> None:
+    """kill -9 while vLLM loads the model (its engine core already spawned); the server was
+    started when collection ended (engine_procs.kill_9_during_start)."""
+    assert kill_9.failed is None, kill_9.failed
+    print(f"\nkill -9: {kill_9.processes} engine processes gone in {kill_9.gone_in_s} s")
+    assert kill_9.gone_in_s is not None, "engine processes outlived the server by 10 s"
+    assert kill_9.port_free
 
 
 @dataclass

@@ -4,7 +4,7 @@ calls, the tool-result round trip. Every argument string must parse and validate
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jsonschema
@@ -52,7 +52,6 @@ CHOICES: dict[str, Any] = {
     "auto": "auto",
     "named": {"type": "function", "function": {"name": "get_weather"}},
 }
-CALLING_MODES = pytest.mark.parametrize("choice", list(CHOICES.values()), ids=list(CHOICES))
 ASK = [{"role": "user", "content": "What's the weather in Paris for the next 3 days, in celsius?"}]
 
 
@@ -104,14 +103,38 @@ WHOLE: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+# The streamed cases' requests, sent at once with the non-streamed ones
+STREAMED: dict[str, dict[str, Any]] = {
+    **{
+        f"stream_{mode}": {
+            "messages": ASK, "tools": TOOLS, "tool_choice": choice, "max_tokens": 96,
+            "temperature": 0,
+        }
+        for mode, choice in CHOICES.items()
+    },
+    "stream_none": {"messages": ASK, "tools": TOOLS, "tool_choice": "none", "max_tokens": 24},
+}  # fmt: skip
+
+
+def streamed(
+    client: OpenAI, kw: dict[str, Any]
+) -> tuple[dict[int, dict[str, str]], str | None, str]:
+    return collect_stream(client.chat.completions.create(**kw, stream=True))
+
+
 @pytest.fixture(scope="module")
 def replies(client: OpenAI, server: Server) -> dict[str, Future[Any]]:
-    """Every non-streamed case's request at once (one after the other they took ~35 s of
-    `make test` in float32)."""
-    return send_at_once(
+    """Every case's first request at once, streamed and not (one after the other they took
+    ~35 s of `make test` in float32, the streamed ones ~40 s more)."""
+    out = send_at_once(
         client,
         {case: {**kw, "model": server.model, "temperature": 0} for case, kw in WHOLE.items()},
     )
+    pool = ThreadPoolExecutor(len(STREAMED))
+    for case, kw in STREAMED.items():
+        out[case] = pool.submit(streamed, client, {**kw, "model": server.model})
+    pool.shutdown(wait=False)
+    return out
 
 
 @pytest.mark.parametrize("case", list(CHOICES))
@@ -142,33 +165,21 @@ def test_auto_answers_in_text_when_no_tool_fits(replies: dict[str, Future[Any]])
     assert not msg.tool_calls and msg.content
 
 
-@CALLING_MODES
-def test_streamed_tool_calls(client: OpenAI, server: Server, choice: Any) -> None:
-    stream = client.chat.completions.create(
-        model=server.model, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=96,
-        temperature=0, stream=True,
-    )  # fmt: skip
-    calls, finish, _ = collect_stream(stream)
+@pytest.mark.parametrize("mode", list(CHOICES))
+def test_streamed_tool_calls(replies: dict[str, Future[Any]], mode: str) -> None:
+    calls, finish, _ = replies[f"stream_{mode}"].result()
     assert finish == "tool_calls"
     assert calls
     for call in calls.values():
         assert call["id"].startswith("call_")
         jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
-    # The streamed arguments are the ones a non-streamed request returns.
-    whole = client.chat.completions.create(
-        model=server.model, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=96,
-        temperature=0,
-    )  # fmt: skip
-    first = (whole.choices[0].message.tool_calls or [])[0]
+    # The streamed arguments are the ones the same request, not streamed, returns.
+    first = (replies[mode].result().choices[0].message.tool_calls or [])[0]
     assert calls[0]["arguments"] == first.function.arguments
 
 
-def test_streamed_none(client: OpenAI, server: Server) -> None:
-    stream = client.chat.completions.create(
-        model=server.model, messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=24,
-        stream=True,
-    )  # fmt: skip
-    calls, finish, content = collect_stream(stream)
+def test_streamed_none(replies: dict[str, Future[Any]]) -> None:
+    calls, finish, content = replies["stream_none"].result()
     assert not calls and content and finish in ("stop", "length")
 
 
@@ -188,11 +199,10 @@ def test_parallel_tool_calls_false_gives_one(replies: dict[str, Future[Any]]) ->
     assert len(replies["one_call"].result().choices[0].message.tool_calls or []) == 1
 
 
-def test_tool_result_round_trip(client: OpenAI, server: Server) -> None:
-    first = client.chat.completions.create(
-        model=server.model, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=96,
-        temperature=0,
-    )  # fmt: skip
+def test_tool_result_round_trip(
+    client: OpenAI, server: Server, replies: dict[str, Future[Any]]
+) -> None:
+    first = replies["required"].result()  # ASK, required: a call to get_weather
     call = (first.choices[0].message.tool_calls or [])[0]
     messages: list[Any] = [
         *ASK,
@@ -203,22 +213,20 @@ def test_tool_result_round_trip(client: OpenAI, server: Server) -> None:
             "content": json.dumps({"forecast": "sunny, 21 degrees celsius every day"}),
         },
     ]
+    after = {"model": server.model, "messages": messages, "tools": TOOLS, "max_tokens": 64,
+             "temperature": 0}  # fmt: skip
+    sent = send_at_once(
+        client, {"auto": {**after, "tool_choice": "auto"}, "none": {**after, "tool_choice": "none"}}
+    )
     # auto: the 0.5B model often calls the tool again after a result; either way the reply
     # must be well formed (text, or calls that validate).
-    again = client.chat.completions.create(
-        model=server.model, messages=messages, tools=TOOLS, tool_choice="auto", max_tokens=64,
-        temperature=0,
-    )  # fmt: skip
-    msg = again.choices[0].message
+    msg = sent["auto"].result().choices[0].message
     if msg.tool_calls:
         assert_valid(msg.tool_calls)
     else:
         assert msg.content
     # none: the model must answer in text, and the tool's result must have reached it.
-    answer = client.chat.completions.create(
-        model=server.model, messages=messages, tools=TOOLS, tool_choice="none", max_tokens=64,
-        temperature=0,
-    )  # fmt: skip
+    answer = sent["none"].result()
     text = (answer.choices[0].message.content or "").lower()
     assert not answer.choices[0].message.tool_calls
     assert "sunny" in text or "21" in text

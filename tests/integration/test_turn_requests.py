@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ import jsonschema
 import pytest
 from openai import OpenAI
 
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, send_at_once
 from tests.integration.test_tools import SCHEMAS, TOOLS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -100,14 +101,27 @@ TEXT_ONLY = [
 ]
 
 
-@pytest.mark.parametrize("prompt", TEXT_ONLY, ids=["json-code-block", "look-alike-object"])
-def test_text_answers_in_auto_are_not_calls(client: OpenAI, server: Server, prompt: str) -> None:
+@pytest.fixture(scope="module")
+def text_replies(client: OpenAI, server: Server) -> dict[str, Future[Any]]:
+    """Both prompts at once (the engine batches them)."""
     weather = {**TOOLS[0]["function"]}
     tools: list[Any] = [{"type": "function", "function": weather}, SEARCH]
-    resp = client.chat.completions.create(
-        model=server.model, messages=[{"role": "user", "content": prompt}], tools=tools,
-        tool_choice="auto", max_tokens=80, temperature=0,
+    return send_at_once(
+        client,
+        {
+            prompt: {
+                "model": server.model, "messages": [{"role": "user", "content": prompt}],
+                "tools": tools, "tool_choice": "auto", "max_tokens": 80, "temperature": 0,
+            }
+            for prompt in TEXT_ONLY
+        },
     )  # fmt: skip
-    msg = resp.choices[0].message
+
+
+@pytest.mark.parametrize("prompt", TEXT_ONLY, ids=["json-code-block", "look-alike-object"])
+def test_text_answers_in_auto_are_not_calls(
+    text_replies: dict[str, Future[Any]], prompt: str
+) -> None:
+    msg = text_replies[prompt].result().choices[0].message
     assert not msg.tool_calls, msg.tool_calls
     assert msg.content and "{" in msg.content
