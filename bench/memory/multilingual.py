@@ -222,7 +222,8 @@ def multilingual(
         results.append(res)
         r = res["recall_at_1"]
         print(
-            f"{res['model']:28s} {res['config']:13s} {res['runtime'] or '':9s} n={res['n']:>6} recall@1 en->en {r['en->en']:.2f} "
+            f"{res['model']:28s} {res['config']:13s} {res['runtime'] or '':9s} "
+            f"n={res['n']:>6} recall@1 en->en {r['en->en']:.2f} "
             f"zh->zh {r['zh->zh']:.2f} en->zh {r['en->zh']:.2f} zh->en {r['zh->en']:.2f} "
             f"mean {res['mean_recall_at_1']:.3f}  recall p50 {res['recall_ms']['p50']:.1f} ms "
             f"p99 {res['recall_ms']['p99']:.1f} ms  embed {res['embed_s_per_text'] * 1e3:.1f} "

