@@ -7,9 +7,10 @@ arm at once. A sample passes when the reply is text that states N by the client 
 checker (`bench.clients.checks.states_number`: N as a number of its own, not negated, no other
 Celsius figure); a repeated call, or text without N, fails. Arms (comma-separated):
 
-* ``off`` / ``rule`` - ``loopstack.after_results`` false / true (the results rule said in the
-  system message, `serving.selection.requests.RESULTS_RULE`); the request sets no sampling, so
-  the engine's defaults apply (the model folder's generation_config.json);
+* ``off`` / ``rule`` - ``loopstack.after_results`` false / true (the results rule said after the
+  conversation, `serving.selection.requests.RESULTS_RULE`; before 2026-12-08 in the system
+  message); the request sets no sampling, so the engine's defaults apply (the model folder's
+  generation_config.json);
 * ``...@t1`` - the same with vLLM's own defaults sent explicitly (temperature 1, top-p 1, no
   top-k, no repetition penalty): the model as served before its publisher's sampling defaults
   were written into its folder.

@@ -97,13 +97,16 @@ class Renderer(Protocol):
 class TurnRequest:
     """One chat request as a backend resolves it: the validated wire request (never changed:
     a variant is a new value), how its prompt is rendered, the engine's model name, the
-    token budget of a tool turn, and a rule said in the system message (``abstain``)."""
+    token budget of a tool turn, a rule said in the system message (``abstain``) and one said
+    after the conversation (``after_results``: it comes and goes with the turn, so it is kept
+    out of the prompt's prefix)."""
 
     chat: ChatCompletionRequest
     prompts: Renderer
     engine_model: str
     max_tool_tokens: int = 1024
     system_rule: str | None = None
+    closing_rule: str | None = None
 
     @property
     def constrained(self) -> bool:
@@ -216,6 +219,8 @@ def plan(
         messages = with_system_rule(messages, DECIDE_RULE)
     if answer is not None:  # auto turns only (`admit`): the model is told its answer's shape
         messages = with_system_rule(messages, answer_rule(answer.schema))
+    if request.closing_rule is not None:  # after the conversation: the prefix stays the same
+        messages = [*messages, {"role": "system", "content": request.closing_rule}]
     prompt = request.prompts.render(messages, tools)
     max_tokens = req.completion_limit or request.max_tool_tokens
     context = getattr(request.prompts, "max_model_len", None)
@@ -223,7 +228,12 @@ def plan(
         prompt_tokens = request.prompts.check_fits(prompt, max_tokens)
     else:  # the prompt counted once (a harness's is ~19k tokens)
         prompt_tokens = request.prompts.check_fits(prompt, 0)  # too long alone: the 400
-        added = request.system_rule is not None or decide or answer is not None
+        added = (
+            request.system_rule is not None
+            or request.closing_rule is not None
+            or decide
+            or answer is not None
+        )
         if added and prompt_tokens < context:
             # the rules added here were not in the prompt the completion limit was fitted to
             # (serving.http.context_fit): they take their room from the completion

@@ -66,7 +66,7 @@ from serving.prompt import PromptBuilder
 from serving.protocol import ChatCompletionRequest
 from serving.selection.defaults import SelectionDefaults
 from serving.selection.rank import ToolRanker
-from serving.selection.requests import rank_request, system_rules
+from serving.selection.requests import closing_rule, rank_request, system_rules
 
 __all__ = ["MAX_ATTEMPTS", "ChatService", "Turn", "wire_headers"]
 
@@ -193,6 +193,7 @@ class ChatService:
             engine_model=self.engine.model_name,
             max_tool_tokens=self.max_tool_tokens,
             system_rule=system_rules(req),
+            closing_rule=closing_rule(req),
         )
         events = self.resolver.resolve(request, self.engine.transport)
         async for ev in events:  # up to the turn's start: headers, or a passed-through answer

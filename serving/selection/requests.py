@@ -41,6 +41,7 @@ __all__ = [
     "RESULTS_RULE",
     "MultilingualEmbedder",
     "ServerEmbedder",
+    "closing_rule",
     "rank_request",
     "system_rules",
 ]
@@ -64,15 +65,22 @@ RESULTS_RULE = (
 
 
 def system_rules(req: ChatCompletionRequest) -> str | None:
-    """The rules a tool turn's system message says for `req` (None: none): the abstention
-    rule (``abstain``), the results rule (``after_results``, when the last message is a tool
-    result)."""
-    rules = []
-    if req.loopstack.abstain:
-        rules.append(ABSTAIN_RULE)
+    """The rule a tool turn's system message says for `req` (None: none): the abstention rule
+    (``abstain``). It holds for every turn of a conversation, so the prompt's prefix (the
+    system message and the tools after it: Claude Code's are ~17k tokens) stays the same from
+    turn to turn and the engine's prefix cache keeps it."""
+    return ABSTAIN_RULE if req.loopstack.abstain else None
+
+
+def closing_rule(req: ChatCompletionRequest) -> str | None:
+    """The rule said after the conversation, as a closing system message (None: none): the
+    results rule (``after_results``), when the last message is a tool result. Said there, not
+    in the first system message: a rule that comes and goes with the turn changed the prompt
+    before the tools, and every tool-result turn of Claude Code re-prefilled ~16k of its ~19k
+    tokens (2026-12-08: ~25 min on a 2-core float32 box)."""
     if req.loopstack.after_results and ends_with_results(req):
-        rules.append(RESULTS_RULE)
-    return " ".join(rules) or None
+        return RESULTS_RULE
+    return None
 
 
 class ServerEmbedder:

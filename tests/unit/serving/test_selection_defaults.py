@@ -127,8 +127,11 @@ async def test_the_server_defaults_reach_the_turn_and_the_response_says_so(
 
 async def test_the_results_rule_is_said_only_after_a_tool_result(guidance: Harness) -> None:
     """``after_results``: the 1.5B, given the weather it asked for, called the same tool again
-    or answered beside the point in most samples; the rule is said in the system message of
-    a turn whose conversation ends with tool results, never before."""
+    or answered beside the point in most samples; the rule is said after the conversation (a
+    closing system message) of a turn that ends with tool results, never before, and the
+    prompt up to the results is the one the turn before sent: the engine's prefix cache
+    keeps it (in the first system message, Claude Code's ~17k tokens of tools came after it
+    and were prefilled again every tool-result turn)."""
     h = guidance
     h.chat.selection = SelectionDefaults(after_results=True)
     h.engine.constrained = ["It is 19°C and foggy."]
@@ -145,7 +148,12 @@ async def test_the_results_rule_is_said_only_after_a_tool_result(guidance: Harne
     resp = await post_chat(h, tools=[WEATHER], messages=answered)
     assert resp.status_code == 200, resp.text
     assert resp.headers["x-loopstack-selection"] == "server defaults: after_results"
-    assert RESULTS_RULE in h.engine.requests[-1][1]["prompt"]
+    after = h.engine.requests[-1][1]["prompt"]
+    assert RESULTS_RULE in after
+    assert after.index(RESULTS_RULE) > after.index("19°C and foggy")  # after the result
+    before = h.engine.requests[0][1]["prompt"]
+    tools_end = before.index("</tools>")
+    assert after[:tools_end] == before[:tools_end]  # the system message and tools unchanged
     resp = await post_chat(h, tools=[WEATHER], messages=answered,
                            loopstack={"after_results": False})  # fmt: skip
     assert RESULTS_RULE not in h.engine.requests[-1][1]["prompt"]
