@@ -49,8 +49,8 @@ _WHERE = {
     "load_team": "agent.run.team",
     "mount_team": "agent.run.team",
     "worker_tools": "agent.run.team",
-    "MemoryStore": "memory",
-    "AsyncMemoryStore": "memory",
+    "MemoryStore": "memory.sync",
+    "AsyncMemoryStore": "memory.store",
     "ServerSettings": "serving.config",
     "serve": "serving.server",
 }
