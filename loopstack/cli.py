@@ -1,5 +1,6 @@
 """The `loopstack` command: `serve` and `prepare-model` here; `memory`, `agent` and `bench` are
-sub-apps mounted from their packages (`memory.cli`, `agent.cli`, `bench.cli`)."""
+sub-apps mounted from their packages (`loopstack.memory.cli`, `loopstack.agent.cli`,
+`loopstack.bench.cli`)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def serve(
     ),
 ) -> None:
     """Serve the model behind an OpenAI-compatible API."""
-    from serving.config import ServerSettings
-    from serving.server import serve as run
+    from loopstack.serving.config import ServerSettings
+    from loopstack.serving.server import serve as run
 
     settings = ServerSettings()
     overrides = {k: v for k, v in {"host": host, "port": port, "model": model}.items() if v}
@@ -32,9 +33,9 @@ def serve(
 @app.command("prepare-model")
 def prepare_model(model: str | None = typer.Option(None)) -> None:
     """Resolve (and convert, once) the model without serving it."""
-    from serving.config import ServerSettings
-    from serving.engine.hardware import default_model, detect_hardware
-    from serving.engine.model_store import resolve_model
+    from loopstack.serving.config import ServerSettings
+    from loopstack.serving.engine.hardware import default_model, detect_hardware
+    from loopstack.serving.engine.model_store import resolve_model
 
     settings = ServerSettings()
     if model:
@@ -73,9 +74,9 @@ def _mount_broken(name: str, error: Exception) -> None:
         raise error
 
 
-_mount("memory.cli", "memory")
-_mount("agent.cli", "agent")
-_mount("bench.cli", "bench")
+_mount("loopstack.memory.cli", "memory")
+_mount("loopstack.agent.cli", "agent")
+_mount("loopstack.bench.cli", "bench")
 
 
 def main() -> None:

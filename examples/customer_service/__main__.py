@@ -17,8 +17,8 @@ import argparse
 import os
 import sys
 
-from bench.golden import run
-from bench.golden.tasks_service import service_tasks
+from loopstack.bench.golden import run
+from loopstack.bench.golden.tasks_service import service_tasks
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Seed a customer's memory through the public memory API (`memory.AsyncMemoryStore`): the
+"""Seed a customer's memory through the public memory API (`loopstack.memory.AsyncMemoryStore`): the
 profile the shop's CRM holds and the customer's past tickets.
 
     python -m examples.customer_service.seed --user USER [--lang en|zh]
@@ -15,7 +15,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from memory import AsyncMemoryStore
+from loopstack.memory import AsyncMemoryStore
 
 SHOP = json.loads((Path(__file__).parent / "shop.json").read_text(encoding="utf-8"))
 CUSTOMER = "C-1042"

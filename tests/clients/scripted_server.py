@@ -48,13 +48,13 @@ class ScriptedEngine(FakeEngine):
 
 
 def build(turns: list[str], chat: str, *, log: Path | None, api_key: str | None) -> Any:
-    from serving.constraint.factory import make_backend
-    from serving.embeddings import EmbeddingService
-    from serving.http.admission import Admission
-    from serving.http.app import AppState, build_app
-    from serving.http.service import ChatService
-    from serving.metrics import Metrics
-    from serving.prompt import PromptBuilder
+    from loopstack.serving.constraint.factory import make_backend
+    from loopstack.serving.embeddings import EmbeddingService
+    from loopstack.serving.http.admission import Admission
+    from loopstack.serving.http.app import AppState, build_app
+    from loopstack.serving.http.service import ChatService
+    from loopstack.serving.metrics import Metrics
+    from loopstack.serving.prompt import PromptBuilder
 
     engine = ScriptedEngine(turns, chat, log)
     metrics = Metrics()

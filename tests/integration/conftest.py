@@ -26,7 +26,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from serving.config import OFFLINE_SMALL
+from loopstack.serving.config import OFFLINE_SMALL
 from tests.integration.engine_counts import EngineCounts
 from tests.ports import free_port
 

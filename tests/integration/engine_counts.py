@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.load.metrics import prom_counter
+from loopstack.bench.load.metrics import prom_counter
 
 COUNTERS = {
     "requests": "vllm:request_success",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from serving.engine.process import port_is_free
+from loopstack.serving.engine.process import port_is_free
 from tests.integration.conftest import API_KEY, SMALL_KV, START_TIMEOUT_S, start_server
 from tests.ports import free_port
 
@@ -45,7 +45,10 @@ def engine_procs(server_pid: int) -> list[psutil.Process]:
 def vllm_api(server_pid: int) -> psutil.Process:
     for p in engine_tree(server_pid):
         cmd = _cmd(p)
-        if "vllm.entrypoints.openai.api_server" in cmd and "serving.engine.launcher" not in cmd:
+        if (
+            "vllm.entrypoints.openai.api_server" in cmd
+            and "loopstack.serving.engine.launcher" not in cmd
+        ):
             return p
     raise AssertionError("no vLLM process under the server")
 

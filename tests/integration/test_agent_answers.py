@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.observe.handoff import exit_code
+from loopstack.agent.observe.handoff import exit_code
 from tests.integration.conftest import API_KEY, Server
 from tests.integration.test_agent import TOOLS, check_contract
 
@@ -36,7 +36,7 @@ def run_agent(server: Server, home: Path, goal: str, *args: str) -> dict[str, An
     cmd += ["--base-url", server.base_url + "/v1", "--no-memory", "--timeout", "500", "--json"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    # the process exits with its status's code (0 only for done: agent.observe.handoff)
+    # the process exits with its status's code (0 only for done: loopstack.agent.observe.handoff)
     assert proc.returncode == exit_code(out["status"]), proc.stderr[-2000:]
     out["trace"] = [json.loads(x) for x in Path(out["trace_path"]).read_text().splitlines()]
     return out

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.golden import checks as c
-from bench.golden import run as runner
-from bench.golden.tasks import all_tasks
+from loopstack.bench.golden import checks as c
+from loopstack.bench.golden import run as runner
+from loopstack.bench.golden.tasks import all_tasks
 from tests.integration.conftest import API_KEY, Server
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(900)]

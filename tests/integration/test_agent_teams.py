@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.observe.handoff import exit_code
+from loopstack.agent.observe.handoff import exit_code
 from tests.integration.conftest import API_KEY, Server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -50,7 +50,7 @@ def cli_team_with_a_plan(server: Server, tmp_path: Path) -> None:
     cmd += ["--base-url", server.base_url + "/v1", "--json"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    # the process exits with its status's code (0 only for done: agent.observe.handoff)
+    # the process exits with its status's code (0 only for done: loopstack.agent.observe.handoff)
     assert proc.returncode == exit_code(out["status"]), proc.stderr[-2000:]
     assert out["status"] in ("done", "max_steps", "budget") and isinstance(out["answer"], str)
     # the plan request went through our server's response_format constraint
@@ -77,10 +77,10 @@ async def python_team_counts_every_request(server: Server, tmp_path: Path) -> No
     await asyncio.to_thread(tmp_path.mkdir, parents=True, exist_ok=True)
     from openai import AsyncOpenAI
 
-    from agent.core.settings import AgentConfig, Limits
-    from agent.run.loop import Agent
-    from agent.run.team import Worker, worker_tools
-    from agent.tools.registry import ToolRegistry, load_tools_file
+    from loopstack.agent.core.settings import AgentConfig, Limits
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.run.team import Worker, worker_tools
+    from loopstack.agent.tools.registry import ToolRegistry, load_tools_file
 
     client = AsyncOpenAI(base_url=server.base_url + "/v1", api_key=API_KEY)
     sales = Worker(

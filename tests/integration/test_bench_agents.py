@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.load.report import write_report
-from bench.load.runner import SweepConfig, run_sweep
-from bench.load.scenario import Scenario, load_scenario
-from bench.load.target import TargetConfig
+from loopstack.bench.load.report import write_report
+from loopstack.bench.load.runner import SweepConfig, run_sweep
+from loopstack.bench.load.scenario import Scenario, load_scenario
+from loopstack.bench.load.target import TargetConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 API_KEY = "test-key-123"
@@ -43,7 +43,7 @@ def test_a_sweep_against_the_server_and_its_plan_checked_on_a_level_it_did_not_s
     fitted on one agent and asked for two: the prediction error is a number, the report names
     it and its assumptions. No bound on the error here: two steps per agent cannot measure a
     p95 (the bench does). (Was two tests, each with its own sweep: the 2-agent level ran twice.)"""
-    from bench.load.modelled import ModelPlanOptions, model_plan
+    from loopstack.bench.load.modelled import ModelPlanOptions, model_plan
 
     sc = short_scenario()
     base = server.base_url + "/v1"  # type: ignore[attr-defined]

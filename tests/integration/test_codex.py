@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bench.clients.setup import codex_argv, codex_env, codex_home
+from loopstack.bench.clients.setup import codex_argv, codex_env, codex_home
 from tests.clients.scripted_server import Launched
 from tests.integration.conftest import API_KEY, Server
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serving.config import DEFAULT_BACKEND
+from loopstack.serving.config import DEFAULT_BACKEND
 from tests.integration.conftest import API_KEY, Server
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agent import cli
-from agent.scripted import ScriptedModel, call
 from examples.customer_service.seed import seed
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.agent import cli
+from loopstack.agent.scripted import ScriptedModel, call
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP = f"shop={sys.executable} {ROOT / 'examples' / 'customer_service' / 'server.py'}"

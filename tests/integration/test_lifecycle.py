@@ -29,7 +29,7 @@ import httpx
 import openai
 import pytest
 
-from serving.engine.process import port_is_free
+from loopstack.serving.engine.process import port_is_free
 from tests.integration.conftest import (
     API_KEY,
     GRACE_S,

@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.exceptions import ToolServerError, ToolTimeout
-from agent.protocols import Tool
-from agent.tools.mcp import MCPServerSpec, MCPToolServer
+from loopstack.agent.exceptions import ToolServerError, ToolTimeout
+from loopstack.agent.protocols import Tool
+from loopstack.agent.tools.mcp import MCPServerSpec, MCPToolServer
 from tests.mcp_http import mcp_http_server
 
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")

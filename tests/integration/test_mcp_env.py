@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from openai import AsyncOpenAI
 
-from agent.cli import build_agent
-from agent.exceptions import ToolServerError
-from agent.tools.mcp import MCPToolServer
-from agent.tools.mcp_config import server_spec
+from loopstack.agent.cli import build_agent
+from loopstack.agent.exceptions import ToolServerError
+from loopstack.agent.tools.mcp import MCPToolServer
+from loopstack.agent.tools.mcp_config import server_spec
 from tests.mcp_http import mcp_http_server
 
 KEYED = str(Path(__file__).parent / "mcp_fixtures" / "keyed_server.py")
@@ -40,7 +40,7 @@ async def test_without_its_variable_the_server_lists_nothing_and_we_warn(
 ) -> None:
     spec = server_spec(COMMAND, timeout_s=10)
     assert spec.env is None  # nothing of the host environment unless named
-    with caplog.at_level(logging.WARNING, logger="agent.tools.mcp"):
+    with caplog.at_level(logging.WARNING, logger="loopstack.agent.tools.mcp"):
         async with MCPToolServer(spec) as server:
             assert server.tools == []
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -114,8 +114,8 @@ async def test_http_headers_carry_a_bearer_token_from_the_environment(
 async def test_a_team_file_entry_gives_its_server_its_env(tmp_path: Path) -> None:
     from contextlib import AsyncExitStack
 
-    from agent.core.settings import Limits
-    from agent.run.team import load_team, mount_team
+    from loopstack.agent.core.settings import Limits
+    from loopstack.agent.run.team import load_team, mount_team
 
     team = tmp_path / "team.yaml"
     team.write_text(

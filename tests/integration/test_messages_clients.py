@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from bench.clients.setup import claude_argv, claude_env
-from serving.config import OFFLINE_SMALL
+from loopstack.bench.clients.setup import claude_argv, claude_env
+from loopstack.serving.config import OFFLINE_SMALL
 from tests.integration.conftest import API_KEY, Server, stop, wait_healthy
 from tests.ports import free_port
 

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from serving.config import ServerSettings
-from serving.engine.supervisor import read_engine_key
+from loopstack.serving.config import ServerSettings
+from loopstack.serving.engine.supervisor import read_engine_key
 from tests.integration.conftest import (
     API_KEY,
     Server,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from bench.agent.selection import golden_tools
+from loopstack.bench.agent.selection import golden_tools
 from tests.integration.conftest import Server
 from tests.integration.test_turn_requests import SEARCH
 
@@ -92,7 +92,7 @@ def test_a_plain_request_gets_the_models_shipped_selection(client: OpenAI, serve
     """#46: no `loopstack` field at all - the served model's shipped defaults apply (both
     offline models: the abstention rule), the reply says which, the call a request needs is
     kept, and a request that says no gets none of it."""
-    from serving.selection.defaults import SHIPPED
+    from loopstack.serving.selection.defaults import SHIPPED
 
     shipped = SHIPPED.get(server.model)
     if shipped is None:

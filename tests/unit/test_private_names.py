@@ -1,6 +1,6 @@
 """No module imports another module's private names (``from x import _name``): what is shared
-is public where it lives. And each wire API of serving/http is a front-end of the one pipeline:
-its subpackage imports the pipeline, never another front-end."""
+is public where it lives. And each wire API of loopstack/serving/http is a front-end of the one
+pipeline: its subpackage imports the pipeline, never another front-end."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_no_private_name_is_imported_across_modules() -> None:
 
 
 def test_each_wire_api_is_a_front_end_of_the_one_pipeline() -> None:
-    http = ROOT / "serving" / "http"
+    http = ROOT / "loopstack" / "serving" / "http"
     for api in FRONT_ENDS:
         imported = {
             node.module
@@ -41,7 +41,7 @@ def test_each_wire_api_is_a_front_end_of_the_one_pipeline() -> None:
             if node.module is not None
         }
         router = {n.module for n in _from_imports(http / api / "router.py")}
-        assert "serving.http.pipeline" in router, api
+        assert "loopstack.serving.http.pipeline" in router, api
         others = [m for m in imported for o in FRONT_ENDS if o != api
-                  and m.startswith(f"serving.http.{o}")]  # fmt: skip
+                  and m.startswith(f"loopstack.serving.http.{o}")]  # fmt: skip
         assert others == [], (api, others)

@@ -17,9 +17,9 @@ PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
 def test_every_public_name_resolves_to_its_object() -> None:
-    from agent.run.loop import Agent
-    from agent.tools.registry import tool
-    from memory import MemoryStore
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.tools.registry import tool
+    from loopstack.memory import MemoryStore
 
     assert set(loopstack.__all__) <= set(dir(loopstack))
     for name in loopstack.__all__:

@@ -1,4 +1,4 @@
-"""Re-read the recorded first calls of a run folder with bench.agent.bfcl's argument check as
+"""Re-read the recorded first calls of a run folder with loopstack.bench.agent.bfcl's argument check as
 it is now (rows that kept their arguments only): per arm, right calls as recorded and now.
 
     .venv/bin/python docs/results/bfcl-2026-12-06/recheck.py docs/results/bfcl-2026-12-06/q05-args
@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from bench.agent import bfcl
+from loopstack.bench.agent import bfcl
 
 run = Path(sys.argv[1])
 rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]

@@ -16,7 +16,7 @@ for hw in h100 h200 l40s; do
     --slo-p95-step 30s --workload "$out/long-agents.yaml" > "$out/plan-long-$hw-500.txt"
 done
 # the KV cliff: hit rate and p95 step against agents a replica, H100 / H200 / L40S
-.venv/bin/python -m bench.load.gpuplan --cliff-plot "$out/kv-cliff.png" --model Qwen/Qwen3-8B \
+.venv/bin/python -m loopstack.bench.load.gpuplan --cliff-plot "$out/kv-cliff.png" --model Qwen/Qwen3-8B \
   --hardware h100,h200,l40s --top 1000 --slo-p95-step-s 10
 # the validation against published runs, per figure (markdown)
-.venv/bin/python -m bench.load.published > "$out/validation.md"
+.venv/bin/python -m loopstack.bench.load.published > "$out/validation.md"

@@ -14,13 +14,13 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
-from bench.load.architecture import load_architecture
-from bench.load.enginesim import max_entropy_lengths, simulate
-from bench.load.hardware import get_hardware
-from bench.load.published import DEFAULT_TABLE, engines, predict_offline
-from bench.load.roofline import ReplicaSpec, fit_coefficients
+from loopstack.bench.load.architecture import load_architecture
+from loopstack.bench.load.enginesim import max_entropy_lengths, simulate
+from loopstack.bench.load.hardware import get_hardware
+from loopstack.bench.load.published import DEFAULT_TABLE, engines, predict_offline
+from loopstack.bench.load.roofline import ReplicaSpec, fit_coefficients
 
-Engine = Any  # bench.load.published's engine (private there)
+Engine = Any  # loopstack.bench.load.published's engine (private there)
 
 RUNS = {r["id"]: r for r in json.loads(DEFAULT_TABLE.read_text())["runs"]}
 C = fit_coefficients()

@@ -9,8 +9,8 @@ RULES = {
         ("I/O with the API server (zmq, msgpack)", ("zmq", "serial_utils", "msgspec", "process_input_sockets", "process_output_sockets")),
     ],
     "ours": [
-        ("constraint (our grammar/regex build)", ("serving/constraint",)),
-        ("tool ranking (embedder)", ("serving/selection", "sentence_transformers")),
+        ("constraint (our grammar/regex build)", ("loopstack/serving/constraint",)),
+        ("tool ranking (embedder)", ("loopstack/serving/selection", "sentence_transformers")),
         ("prompt render + tokenize", ("serving/prompt", "jinja2", "tokenizers", "transformers/tokenization", "apply_chat_template")),
         ("JSON / pydantic", ("pydantic", "json/", "orjson", "jsonschema")),
         ("HTTP (uvicorn, starlette, httpx)", ("uvicorn", "starlette", "httpx", "h11", "httpcore", "anyio")),

@@ -6,8 +6,8 @@ import glob
 import json
 import re
 
-import bench.golden.tasks_service as service
-from bench.golden import reading
+import loopstack.bench.golden.tasks_service as service
+from loopstack.bench.golden import reading
 
 BEFORE = re.compile(r"(?:\bnot?\b|\bnever\b|\bwithout\b|\bno\b|\brather than\b|\binstead of\b|"
                     r"不|别|勿|无需|避免|而非)[^.。!！?？;；]{0,24}$", re.I)  # fmt: skip

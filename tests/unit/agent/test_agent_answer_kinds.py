@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import examples
-from agent.run import answer_kinds as k
+from loopstack.agent import examples
+from loopstack.agent.run import answer_kinds as k
 
 
 def test_the_kind_is_read_from_the_question() -> None:
@@ -66,11 +66,11 @@ def test_examples_are_chosen_by_the_tools_this_run_offers(tmp_path: Path) -> Non
 
 
 async def test_shadow_arms_are_recorded_and_not_charged() -> None:
-    from agent.core.settings import AgentConfig, AnswerOptions
-    from agent.core.state import FinalStep
-    from agent.run.loop import Agent
-    from agent.scripted import ScriptedModel, call
-    from agent.tools.registry import ToolRegistry
+    from loopstack.agent.core.settings import AgentConfig, AnswerOptions
+    from loopstack.agent.core.state import FinalStep
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.scripted import ScriptedModel, call
+    from loopstack.agent.tools.registry import ToolRegistry
 
     def weather(city: str) -> dict[str, object]:
         """Weather.
@@ -107,11 +107,11 @@ async def test_shadow_arms_of_concurrent_runs_keep_their_own_options() -> None:
 
     from openai import AsyncOpenAI
 
-    from agent.core.settings import AgentConfig, AnswerOptions
-    from agent.core.state import AgentState, FinalStep
-    from agent.run.loop import Agent
-    from agent.scripted import ScriptedModel, call, httpx
-    from agent.tools.registry import ToolRegistry
+    from loopstack.agent.core.settings import AgentConfig, AnswerOptions
+    from loopstack.agent.core.state import AgentState, FinalStep
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.scripted import ScriptedModel, call, httpx
+    from loopstack.agent.tools.registry import ToolRegistry
 
     def weather(city: str) -> dict[str, object]:
         """Weather.
@@ -184,10 +184,10 @@ async def test_the_answer_request_asks_for_the_language_of_a_chinese_request(
 ) -> None:
     """The request for the final answer is English; a Chinese request's answer is asked for in
     Chinese (the 1.5B answered 4 of 5 Chinese customer-service requests in English)."""
-    from agent.core.settings import AgentConfig
-    from agent.run.loop import Agent
-    from agent.scripted import ScriptedModel, call
-    from agent.tools.registry import ToolRegistry
+    from loopstack.agent.core.settings import AgentConfig
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.scripted import ScriptedModel, call
+    from loopstack.agent.tools.registry import ToolRegistry
 
     def weather(city: str) -> dict[str, object]:
         """Weather.

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agent import cli
-from agent.observe.trace import load_trace, show_trace
-from agent.scripted import ScriptedModel, call
+from loopstack.agent import cli
+from loopstack.agent.observe.trace import load_trace, show_trace
+from loopstack.agent.scripted import ScriptedModel, call
 
 TOOLS = textwrap.dedent(
     '''
@@ -94,7 +94,7 @@ def test_run_json_limit_and_config_error(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_endpoint_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.core.settings import resolve_base_url
+    from loopstack.agent.core.settings import resolve_base_url
 
     assert resolve_base_url() == "http://127.0.0.1:8000/v1"
     monkeypatch.setenv("OPENAI_BASE_URL", "http://o/v1")

@@ -11,11 +11,11 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from agent import cli
-from agent.exceptions import ConfigError
-from agent.observe.trace import show_trace
-from agent.run.team import load_team
-from agent.scripted import Reply, ScriptedModel, call, text
+from loopstack.agent import cli
+from loopstack.agent.exceptions import ConfigError
+from loopstack.agent.observe.trace import show_trace
+from loopstack.agent.run.team import load_team
+from loopstack.agent.scripted import Reply, ScriptedModel, call, text
 
 TEAM = Path(__file__).resolve().parents[3] / "examples" / "team" / "team.yaml"
 

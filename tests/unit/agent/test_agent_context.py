@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.core.context import (
+from loopstack.agent.core.context import (
     TokenCounter,
     compaction_cut,
     extract_tool_facts,
     extract_user_facts,
     system_prompt,
 )
-from agent.core.settings import AgentConfig, Limits
-from agent.core.state import AgentState, CompactionStep
-from agent.run.loop import Agent
-from agent.scripted import Reply, ScriptedModel
-from agent.tools.registry import ToolRegistry
+from loopstack.agent.core.settings import AgentConfig, Limits
+from loopstack.agent.core.state import AgentState, CompactionStep
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import Reply, ScriptedModel
+from loopstack.agent.tools.registry import ToolRegistry
 
 
 def price(item: str) -> dict[str, Any]:
@@ -92,8 +92,8 @@ def test_token_count_uses_last_usage_plus_new_messages() -> None:
 
 
 def test_the_final_answer_prompt_points_at_remembered_facts() -> None:
-    from agent.run.answer import _prompt
-    from memory import BLOCK_FOOTER, BLOCK_HEADER
+    from loopstack.agent.run.answer import _prompt
+    from loopstack.memory import BLOCK_FOOTER, BLOCK_HEADER
 
     state = AgentState(goal="What is my favourite city?")
     plain = _prompt(state, "no_progress")[1]["content"]

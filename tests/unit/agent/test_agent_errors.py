@@ -13,9 +13,9 @@ def _agent(status: int, message: str) -> tuple[object, list[dict[str, object]]]:
     ``status`` / ``message``, and the plain final request (no tools) with a text answer."""
     from openai import AsyncOpenAI
 
-    from agent.run.loop import Agent
-    from agent.scripted import ScriptedModel, call, httpx
-    from agent.tools.registry import ToolRegistry
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.scripted import ScriptedModel, call, httpx
+    from loopstack.agent.tools.registry import ToolRegistry
 
     def weather(city: str) -> dict[str, object]:
         """Weather.
@@ -74,10 +74,10 @@ async def test_a_500_whose_message_says_400_is_not_taken_for_a_400() -> None:
 
 @pytest.mark.parametrize("status", [400, 404, 503])
 async def test_the_model_error_holds_the_status(status: int) -> None:
-    from agent.exceptions import ModelError
-    from agent.run.loop import Agent
-    from agent.scripted import Reply, ScriptedModel
-    from agent.tools.registry import ToolRegistry
+    from loopstack.agent.exceptions import ModelError
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.scripted import Reply, ScriptedModel
+    from loopstack.agent.tools.registry import ToolRegistry
 
     model = ScriptedModel([Reply(status=status)])
     agent = Agent(model.client(), "scripted-model", ToolRegistry([]))
@@ -92,10 +92,10 @@ async def test_a_timeout_is_a_model_error_without_status() -> None:
 
     from openai import AsyncOpenAI
 
-    from agent.exceptions import ModelError
-    from agent.run.loop import Agent
-    from agent.scripted import httpx
-    from agent.tools.registry import ToolRegistry
+    from loopstack.agent.exceptions import ModelError
+    from loopstack.agent.run.loop import Agent
+    from loopstack.agent.scripted import httpx
+    from loopstack.agent.tools.registry import ToolRegistry
 
     async def slow(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(5)

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from agent.core.state import ToolStep
-from agent.run.longterm import StoreMemory
-from agent.run.loop import Agent
-from agent.scripted import ScriptedModel, call, text
-from agent.tools.registry import FunctionTool, ToolRegistry
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.records import Record
-from memory.trust import provenance
+from loopstack.agent.core.state import ToolStep
+from loopstack.agent.run.longterm import StoreMemory
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import ScriptedModel, call, text
+from loopstack.agent.tools.registry import FunctionTool, ToolRegistry
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.records import Record
+from loopstack.memory.trust import provenance
 
 
 def sales_report(region: str) -> dict[str, Any]:

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent import cli
-from agent.observe.explain import reason_code, render
-from agent.observe.trace import load_trace
-from agent.run.longterm import StoreMemory
-from agent.run.loop import Agent
-from agent.scripted import ScriptedModel, text
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.agent import cli
+from loopstack.agent.observe.explain import reason_code, render
+from loopstack.agent.observe.trace import load_trace
+from loopstack.agent.run.longterm import StoreMemory
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import ScriptedModel, text
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.core.state import AgentState, Observation
-from agent.run import grounding
+from loopstack.agent.core.state import AgentState, Observation
+from loopstack.agent.run import grounding
 
 
 def state(*results: tuple[str, dict[str, Any], Any, str]) -> AgentState:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from agent.core.state import ToolStep
-from agent.run.guard import ApprovalRequest, distinctive_values, suspicious_call, terminal_approver
-from agent.run.loop import Agent
-from agent.scripted import ScriptedModel, call, text
-from agent.tools.registry import FunctionTool, ToolRegistry
+from loopstack.agent.core.state import ToolStep
+from loopstack.agent.run.guard import (
+    ApprovalRequest,
+    distinctive_values,
+    suspicious_call,
+    terminal_approver,
+)
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import ScriptedModel, call, text
+from loopstack.agent.tools.registry import FunctionTool, ToolRegistry
 
 SENT: list[dict[str, Any]] = []
 

@@ -1,5 +1,5 @@
 """Runs end honestly: an exit code per status, and the hand-off of an unfinished run to a
-command (summary JSON on stdin) or a webhook on this machine (agent.observe.handoff)."""
+command (summary JSON on stdin) or a webhook on this machine (loopstack.agent.observe.handoff)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agent import cli
-from agent.exceptions import ConfigError
-from agent.observe.handoff import EXIT_CODES, Handoff, exit_code, local_url
-from agent.scripted import ScriptedModel, call
+from loopstack.agent import cli
+from loopstack.agent.exceptions import ConfigError
+from loopstack.agent.observe.handoff import EXIT_CODES, Handoff, exit_code, local_url
+from loopstack.agent.scripted import ScriptedModel, call
 
 TOOLS = textwrap.dedent(
     '''
@@ -151,9 +151,10 @@ async def test_the_webhook_receives_the_summary_and_failures_are_reported() -> N
 
 
 def test_every_status_has_its_own_exit_code() -> None:
-    """A status added to `agent.core.state.Status` must get a code (it would otherwise exit 5)."""
+    """A status added to `loopstack.agent.core.state.Status` must get a code (it would otherwise
+    exit 5)."""
     import typing
 
-    from agent.core.state import Status
+    from loopstack.agent.core.state import Status
 
     assert set(typing.get_args(Status)) == set(EXIT_CODES)

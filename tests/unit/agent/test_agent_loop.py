@@ -7,12 +7,12 @@ import json
 import time
 from typing import Any
 
-from agent.core.settings import AgentConfig, Limits
-from agent.core.state import FinalStep, LimitStep, ModelStep, ToolStep
-from agent.observe.trace import load_trace
-from agent.run.loop import Agent
-from agent.scripted import Reply, ScriptedModel, call, calls, text
-from agent.tools.registry import ToolRegistry
+from loopstack.agent.core.settings import AgentConfig, Limits
+from loopstack.agent.core.state import FinalStep, LimitStep, ModelStep, ToolStep
+from loopstack.agent.observe.trace import load_trace
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import Reply, ScriptedModel, call, calls, text
+from loopstack.agent.tools.registry import ToolRegistry
 
 
 def weather(city: str) -> dict[str, Any]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.protocols import MemoryLink, Tool
-from agent.run.longterm import StoreMemory
-from agent.run.loop import Agent
-from agent.scripted import ScriptedModel, call, text
-from agent.tools.registry import ToolRegistry
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.tools import memory_tools
+from loopstack.agent.protocols import MemoryLink, Tool
+from loopstack.agent.run.longterm import StoreMemory
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import ScriptedModel, call, text
+from loopstack.agent.tools.registry import ToolRegistry
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.tools import memory_tools
 
 
 def store(tmp_path: Path) -> AsyncMemoryStore:

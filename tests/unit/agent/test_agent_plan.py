@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.core.settings import AgentConfig, Limits
-from agent.core.state import PlanStep
-from agent.observe.trace import load_trace
-from agent.run.loop import Agent
-from agent.scripted import ScriptedModel, call, text
-from agent.tools.registry import ToolRegistry
+from loopstack.agent.core.settings import AgentConfig, Limits
+from loopstack.agent.core.state import PlanStep
+from loopstack.agent.observe.trace import load_trace
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import ScriptedModel, call, text
+from loopstack.agent.tools.registry import ToolRegistry
 
 
 def region_sales(region: str) -> dict[str, Any]:

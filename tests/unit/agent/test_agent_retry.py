@@ -1,4 +1,5 @@
-"""Per-tool retries of transient tool failures (agent.tools.retry), in the registry and the loop."""
+"""Per-tool retries of transient tool failures (loopstack.agent.tools.retry), in the registry and
+the loop."""
 
 from __future__ import annotations
 
@@ -7,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from agent.core.settings import AgentConfig, Limits
-from agent.core.state import ToolStep
-from agent.exceptions import ConfigError
-from agent.observe.trace import load_trace
-from agent.protocols import ToolResult
-from agent.run.loop import Agent
-from agent.scripted import ScriptedModel, call
-from agent.tools import retry
-from agent.tools.registry import FunctionTool, ToolRegistry
-from agent.tools.retry import RetryPolicy, parse_retry, policy_for, transient_kind
+from loopstack.agent.core.settings import AgentConfig, Limits
+from loopstack.agent.core.state import ToolStep
+from loopstack.agent.exceptions import ConfigError
+from loopstack.agent.observe.trace import load_trace
+from loopstack.agent.protocols import ToolResult
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import ScriptedModel, call
+from loopstack.agent.tools import retry
+from loopstack.agent.tools.registry import FunctionTool, ToolRegistry
+from loopstack.agent.tools.retry import RetryPolicy, parse_retry, policy_for, transient_kind
 
 
 def err(kind: str, message: str) -> ToolResult:

@@ -1,15 +1,15 @@
-"""Tool selection in the agent runtime (agent.core.selection) with the scripted model."""
+"""Tool selection in the agent runtime (loopstack.agent.core.selection) with the scripted model."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agent.core.selection import MORE_TOOLS, ToolSelection
-from agent.core.settings import AgentConfig
-from agent.core.state import FinalStep, ToolStep
-from agent.run.loop import Agent
-from agent.scripted import ScriptedModel, call, text
-from agent.tools.registry import ToolRegistry
+from loopstack.agent.core.selection import MORE_TOOLS, ToolSelection
+from loopstack.agent.core.settings import AgentConfig
+from loopstack.agent.core.state import FinalStep, ToolStep
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.scripted import ScriptedModel, call, text
+from loopstack.agent.tools.registry import ToolRegistry
 
 
 def sales_by_product(region: str) -> dict[str, Any]:
@@ -115,7 +115,7 @@ async def test_no_repeat_is_asked_of_the_server_on_every_step_with_tools() -> No
 
 
 async def test_the_answer_tool_ends_the_run_with_the_models_own_answer() -> None:
-    from agent.core.selection import ANSWER_TOOL
+    from loopstack.agent.core.selection import ANSWER_TOOL
 
     model = ScriptedModel(
         [call("get_weather", city="Paris"), call(ANSWER_TOOL, answer="18 degrees in Paris")]
@@ -137,7 +137,7 @@ async def test_the_answer_tool_ends_the_run_with_the_models_own_answer() -> None
 
 
 async def test_an_answer_call_before_any_lookup_is_nudged_to_a_tool_first() -> None:
-    from agent.core.selection import ANSWER_TOOL
+    from loopstack.agent.core.selection import ANSWER_TOOL
 
     model = ScriptedModel(
         [

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import agent.core.settings as settings_module
-from agent.core.settings import AgentSettings, Limits
+import loopstack.agent.core.settings as settings_module
+from loopstack.agent.core.settings import AgentSettings, Limits
 
 SOURCE = Path(settings_module.__file__).read_text()
 

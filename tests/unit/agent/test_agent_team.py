@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from agent.core.settings import AgentConfig, Limits
-from agent.core.state import AgentState, RunResult, ToolStep
-from agent.observe.trace import load_trace, show_trace
-from agent.run.loop import Agent
-from agent.run.team import Worker, worker_tools
-from agent.scripted import ScriptedModel, call, calls, text
-from agent.tools.registry import ToolRegistry
+from loopstack.agent.core.settings import AgentConfig, Limits
+from loopstack.agent.core.state import AgentState, RunResult, ToolStep
+from loopstack.agent.observe.trace import load_trace, show_trace
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.run.team import Worker, worker_tools
+from loopstack.agent.scripted import ScriptedModel, call, calls, text
+from loopstack.agent.tools.registry import ToolRegistry
 
 SPANS: list[tuple[float, float]] = []
 
@@ -241,7 +241,7 @@ async def test_spans_go_to_an_otlp_exporter_with_parent_ids() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agent.observe.trace import register_otel_provider
+    from loopstack.agent.observe.trace import register_otel_provider
 
     exporter = InMemorySpanExporter()
     provider = sdk.TracerProvider()
@@ -291,8 +291,8 @@ async def test_a_worker_cut_off_by_the_parents_clock_is_still_charged() -> None:
 
 
 async def test_a_cancelled_worker_is_charged_and_recorded() -> None:
-    from agent.core.state import CURRENT_TURN, AgentState, Turn
-    from agent.run.team import WorkerTool
+    from loopstack.agent.core.state import CURRENT_TURN, AgentState, Turn
+    from loopstack.agent.run.team import WorkerTool
 
     keys = (f"k{i}" for i in itertools.count())
     busy = ScriptedModel([lambda _: call("slow", item=next(keys))])
@@ -314,8 +314,8 @@ async def test_a_worker_keeps_the_runs_selection_and_answer_arms(
 ) -> None:
     # #46 item 8: the worker's config was copied field by field and dropped `selection` and
     # `answer_arms`: workers ran without the run's tool selection
-    from agent.core.selection import ANSWER_TOOL, ToolSelection
-    from agent.core.settings import AnswerOptions
+    from loopstack.agent.core.selection import ANSWER_TOOL, ToolSelection
+    from loopstack.agent.core.settings import AnswerOptions
 
     built: list[AgentConfig] = []
     init = Agent.__init__

@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 import pytest
 
-from agent.exceptions import ConfigError
-from agent.protocols import Tool
-from agent.tools.registry import (
+from loopstack.agent.exceptions import ConfigError
+from loopstack.agent.protocols import Tool
+from loopstack.agent.tools.registry import (
     FunctionTool,
     ToolRegistry,
     load_tools_file,
@@ -119,7 +119,7 @@ def test_tools_file(tmp_path: Path) -> None:
     f.write_text(
         textwrap.dedent(
             '''
-            from agent.tools.registry import tool
+            from loopstack.agent.tools.registry import tool
             DANGEROUS = {"rm"}
 
             def add(a: int, b: int) -> int:
@@ -162,7 +162,7 @@ def test_a_sync_tool_abandoned_on_timeout_does_not_keep_the_process_alive() -> N
 
     code = (
         "import asyncio, time\n"
-        "from agent.tools.registry import in_daemon_thread\n"
+        "from loopstack.agent.tools.registry import in_daemon_thread\n"
         "async def main():\n"
         "    try:\n"
         "        await asyncio.wait_for(in_daemon_thread(lambda s: time.sleep(s), s=60), 0.2)\n"

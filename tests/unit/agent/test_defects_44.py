@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.core.settings import AgentConfig, Limits
-from agent.core.state import AgentState, ToolStep
-from agent.run.longterm import StoreMemory
-from agent.run.loop import Agent
-from agent.run.team import Worker, worker_tools
-from agent.scripted import Reply, ScriptedModel, call, calls, text
-from agent.tools.registry import ToolRegistry, trim
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.agent.core.settings import AgentConfig, Limits
+from loopstack.agent.core.state import AgentState, ToolStep
+from loopstack.agent.run.longterm import StoreMemory
+from loopstack.agent.run.loop import Agent
+from loopstack.agent.run.team import Worker, worker_tools
+from loopstack.agent.scripted import Reply, ScriptedModel, call, calls, text
+from loopstack.agent.tools.registry import ToolRegistry, trim
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 
 
 def _len(value: Any) -> int:

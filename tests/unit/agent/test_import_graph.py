@@ -1,7 +1,7 @@
-"""agent/'s import graph: no module imports in a circle, and imports only run down the layers
-(exceptions, protocols, examples, scripted < tools < core < observe < run < cli). Read from the
-source (module-level and function-level imports; those under ``if TYPE_CHECKING:`` are for the
-type checker only). memory/ and serving/ never import agent."""
+"""loopstack/agent/'s import graph: no module imports in a circle, and imports only run down the
+layers (exceptions, protocols, examples, scripted < tools < core < observe < run < cli). Read from
+the source (module-level and function-level imports; those under ``if TYPE_CHECKING:`` are for the
+type checker only). loopstack/memory/ and loopstack/serving/ never import agent."""
 
 from __future__ import annotations
 
@@ -12,14 +12,20 @@ from pathlib import Path
 from tests.import_cycles import cycles
 
 ROOT = Path(__file__).resolve().parents[3]
-AGENT = ROOT / "agent"
+AGENT = ROOT / "loopstack" / "agent"
 LAYERS = [
-    {"agent.exceptions", "agent.protocols", "agent.examples", "agent.scripted", "agent"},
-    {"agent.tools"},
-    {"agent.core"},
-    {"agent.observe"},
-    {"agent.run"},
-    {"agent.cli"},
+    {
+        "loopstack.agent.exceptions",
+        "loopstack.agent.protocols",
+        "loopstack.agent.examples",
+        "loopstack.agent.scripted",
+        "agent",
+    },
+    {"loopstack.agent.tools"},
+    {"loopstack.agent.core"},
+    {"loopstack.agent.observe"},
+    {"loopstack.agent.run"},
+    {"loopstack.agent.cli"},
 ]
 
 
@@ -29,7 +35,7 @@ def _module(path: Path) -> str:
 
 
 def _unit(module: str) -> str:
-    """The subpackage (``agent.run``) or top-level module a module belongs to."""
+    """The subpackage (``loopstack.agent.run``) or top-level module a module belongs to."""
     parts = module.split(".")
     return ".".join(parts[:2])
 
@@ -45,7 +51,7 @@ def _imports(package: Path, prefix: str = "agent") -> dict[str, set[str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == prefix:
                 assert node.module is not None
-                for alias in node.names:  # `from agent.run import plan`
+                for alias in node.names:  # `from loopstack.agent.run import plan`
                     sub = f"{node.module}.{alias.name}"
                     graph[_module(path)].add(sub if sub in modules else node.module)
             elif isinstance(node, ast.Import):
@@ -116,9 +122,9 @@ def _memory_imports(package: Path) -> list[tuple[str, str]]:
 
 
 def test_agent_imports_only_memorys_public_api() -> None:
-    """agent/ takes from memory only the names in ``memory.__all__``: no ``memory.<submodule>``
-    import (the shared text utilities are in the leaf ``loopstack.text``)."""
-    public = _public(ROOT / "memory")
+    """loopstack/agent/ takes from memory only the names in ``loopstack.memory.__all__``: no
+    ``memory.<submodule>`` import (the shared text utilities are in the leaf ``loopstack.text``)."""
+    public = _public(ROOT / "loopstack" / "memory")
     found = _memory_imports(AGENT)
     assert found, "agent uses memory: the walk must see its imports"
     outside = [
@@ -131,10 +137,10 @@ def test_agent_imports_only_memorys_public_api() -> None:
 
 def test_the_walk_sees_a_submodule_import(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(
-        "from memory.language import estimate_tokens\nimport memory.store\nfrom memory import x\n"
+        "from loopstack.memory.language import estimate_tokens\nimport loopstack.memory.store\nfrom memory import x\n"
     )
     whats = sorted(what for _, what in _memory_imports(tmp_path))
-    assert whats == ["memory.language", "memory.store", "memory:x"]
+    assert whats == ["loopstack.memory.language", "loopstack.memory.store", "memory:x"]
 
 
 def test_the_text_leaf_imports_no_package_of_the_stack() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.exceptions import ConfigError
-from agent.run.team import TeamConfig
-from agent.tools.mcp_config import MCPEntry, parse_assignments, server_spec
+from loopstack.agent.exceptions import ConfigError
+from loopstack.agent.run.team import TeamConfig
+from loopstack.agent.tools.mcp_config import MCPEntry, parse_assignments, server_spec
 
 HOST = {"TOKEN": "s3cret", "REGION": "eu", "PATH": "/bin"}
 

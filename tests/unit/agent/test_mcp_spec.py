@@ -7,8 +7,8 @@ import re
 import pytest
 from mcp import types as mcp_types
 
-from agent.exceptions import ConfigError
-from agent.tools.mcp import MCPServerSpec, result_value, tool_name
+from loopstack.agent.exceptions import ConfigError
+from loopstack.agent.tools.mcp import MCPServerSpec, result_value, tool_name
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

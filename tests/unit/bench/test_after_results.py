@@ -3,7 +3,7 @@ strict checker's verdicts on wrong answers."""
 
 from __future__ import annotations
 
-from bench.agent.after_results import VLLM_DEFAULTS, body, judge, main
+from loopstack.bench.agent.after_results import VLLM_DEFAULTS, body, judge, main
 
 
 def test_each_arm_sends_the_round_trip_with_its_rule_and_sampling() -> None:

@@ -10,12 +10,12 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from bench.cli import app
-from bench.load.report import write_report
-from bench.load.result import load_result, summary_line
-from bench.load.runner import SweepConfig, build_arms, run_sweep
-from bench.load.scenario import parse_scenario
-from bench.load.target import TargetConfig
+from loopstack.bench.cli import app
+from loopstack.bench.load.report import write_report
+from loopstack.bench.load.result import load_result, summary_line
+from loopstack.bench.load.runner import SweepConfig, build_arms, run_sweep
+from loopstack.bench.load.scenario import parse_scenario
+from loopstack.bench.load.target import TargetConfig
 
 try:  # the openai client builds on httpx2 in recent releases, on httpx before
     import httpx2 as httpx  # type: ignore[import-not-found,unused-ignore]

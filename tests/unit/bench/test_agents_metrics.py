@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.load.metrics import (
+from loopstack.bench.load.metrics import (
     StepRecord,
     TaskRecord,
     cache_delta,

@@ -11,22 +11,22 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.cli import app
-from bench.load import ScenarioError
-from bench.load.capacity import capacity_plan, per_replica, split_agents, token_hit_rate
-from bench.load.holdout import HoldoutRow, shapes_by_step
-from bench.load.metrics import LevelSummary, StepRecord, TaskRecord, dist, summarize
-from bench.load.modelled import validate
-from bench.load.report import write_report
-from bench.load.result import LevelResult, RunResult, load_result
-from bench.load.scenario import (
+from loopstack.bench.cli import app
+from loopstack.bench.load import ScenarioError
+from loopstack.bench.load.capacity import capacity_plan, per_replica, split_agents, token_hit_rate
+from loopstack.bench.load.holdout import HoldoutRow, shapes_by_step
+from loopstack.bench.load.metrics import LevelSummary, StepRecord, TaskRecord, dist, summarize
+from loopstack.bench.load.modelled import validate
+from loopstack.bench.load.report import write_report
+from loopstack.bench.load.result import LevelResult, RunResult, load_result
+from loopstack.bench.load.scenario import (
     FixedSampler,
     LogNormal,
     Replay,
     Uniform,
     parse_distribution,
 )
-from bench.load.simulate import (
+from loopstack.bench.load.simulate import (
     EngineModel,
     Observed,
     StepShape,
@@ -211,7 +211,7 @@ def test_validate_reports_predicted_over_measured() -> None:
 
 
 def test_validate_refuses_levels_the_sweep_lacks() -> None:
-    from bench.load import BenchError
+    from loopstack.bench.load import BenchError
 
     with pytest.raises(BenchError, match="not in the result"):
         validate(scripted_result(TRUE, [1, 4]), [1, 4], [8])
@@ -337,10 +337,10 @@ def test_level_summary_fields_used_by_the_fit_exist() -> None:
 def test_pause_sweep_tabulates_hit_rate_per_pause_and_level(tmp_path: Path) -> None:
     import asyncio
 
-    from bench.load.metrics import prom_labels_value
-    from bench.load.pauses import kv_cache_tokens, run_pauses, save_rows, table
-    from bench.load.scenario import parse_scenario
-    from bench.load.target import TargetConfig
+    from loopstack.bench.load.metrics import prom_labels_value
+    from loopstack.bench.load.pauses import kv_cache_tokens, run_pauses, save_rows, table
+    from loopstack.bench.load.scenario import parse_scenario
+    from loopstack.bench.load.target import TargetConfig
     from tests.unit.bench.test_agents_harness import SCENARIO, FakeServer, httpx
 
     server = FakeServer()
@@ -372,9 +372,9 @@ def test_holdout_on_a_sweep_against_a_scripted_target() -> None:
     plumbing is asserted (wall-clock sleeps set the figures)."""
     import asyncio
 
-    from bench.load.runner import SweepConfig, build_arms, run_sweep
-    from bench.load.scenario import parse_scenario
-    from bench.load.target import TargetConfig
+    from loopstack.bench.load.runner import SweepConfig, build_arms, run_sweep
+    from loopstack.bench.load.scenario import parse_scenario
+    from loopstack.bench.load.target import TargetConfig
     from tests.unit.bench.test_agents_harness import SCENARIO, FakeServer, httpx
 
     class Loaded(FakeServer):

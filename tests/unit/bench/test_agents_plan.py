@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.load.plan import PlanLevel, compute_plan
+from loopstack.bench.load.plan import PlanLevel, compute_plan
 
 
 def lv(agents: float, lat: list[float], sps: float, tool: float = 0.0) -> PlanLevel:

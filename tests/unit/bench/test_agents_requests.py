@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from bench.cli import crosscheck_lines
-from bench.load import BenchError
-from bench.load import requests as rq
-from bench.load.metrics import StepRecord
-from bench.load.requests import (
+from loopstack.bench.cli import crosscheck_lines
+from loopstack.bench.load import BenchError
+from loopstack.bench.load import requests as rq
+from loopstack.bench.load.metrics import StepRecord
+from loopstack.bench.load.requests import (
     RequestLoad,
     compare,
     compare_runs,

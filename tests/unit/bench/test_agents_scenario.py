@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import ScenarioError
-from bench.load.scenario import (
+from loopstack.bench.load import ScenarioError
+from loopstack.bench.load.scenario import (
     LogNormal,
     ReplaySampler,
     ToolSimulator,

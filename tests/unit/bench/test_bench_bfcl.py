@@ -1,6 +1,7 @@
-"""BFCL's sets in the selection bench (bench.agent.bfcl): its functions as tools, its argument
-check (right answers pass, wrong ones fail), the sample, the pinned download, and a run through
-the real serving app (scripted engine) so the converted schemas are ones our server accepts."""
+"""BFCL's sets in the selection bench (loopstack.bench.agent.bfcl): its functions as tools, its
+argument check (right answers pass, wrong ones fail), the sample, the pinned download, and a run
+through the real serving app (scripted engine) so the converted schemas are ones our server
+accepts."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.agent import bfcl
-from bench.agent.selection import Row, summarize
+from loopstack.bench.agent import bfcl
+from loopstack.bench.agent.selection import Row, summarize
 
 TRIANGLE = {
     "name": "triangle_properties.get",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench import cli
+from loopstack.bench import cli
 
 ROOT = Path(__file__).resolve().parents[3]
 EVERY = [(s, n, m) for s, (_, scripts) in cli.SCRIPTS.items() for n, (m, _) in scripts.items()]
@@ -20,7 +20,7 @@ def test_every_benchmark_module_is_a_sub_command() -> None:
     """No benchmark module is left out of `loopstack bench` (its `main` is what runs)."""
     on_disk = {
         ".".join(p.relative_to(ROOT).with_suffix("").parts)
-        for p in (ROOT / "bench").rglob("*.py")
+        for p in (ROOT / "loopstack" / "bench").rglob("*.py")
         if "def main(" in p.read_text(encoding="utf-8")
     }
     assert on_disk == {m for _, _, m in EVERY}
@@ -45,7 +45,8 @@ def test_arguments_reach_the_benchmark_and_its_status_comes_back() -> None:
 def test_the_load_test_imports_neither_serving_nor_agent() -> None:
     """The whiteboard rule: `bench agents|requests|plan` talk HTTP to any URL."""
     code = (
-        "import sys, bench.cli, bench.load.runner, bench.load.requests, bench.load.report;"
+        "import sys, loopstack.bench.cli, loopstack.bench.load.runner, "
+        "loopstack.bench.load.requests, loopstack.bench.load.report;"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'serving', 'agent', 'memory'}))"
     )
     out = subprocess.run(
@@ -55,12 +56,12 @@ def test_the_load_test_imports_neither_serving_nor_agent() -> None:
 
 
 def test_one_argument_parser_system_and_no_argv_swapping() -> None:
-    """bench/ parses every command line with typer: no module imports argparse (or optparse),
-    none assigns ``sys.argv`` (the old way `loopstack bench` ran a module's parser)."""
+    """loopstack/bench/ parses every command line with typer: no module imports argparse (or
+    optparse), none assigns ``sys.argv`` (the old way `loopstack bench` ran a module's parser)."""
     import ast
 
     found = []
-    for path in sorted((ROOT / "bench").rglob("*.py")):
+    for path in sorted((ROOT / "loopstack" / "bench").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names: list[str] = []
             if isinstance(node, ast.Import):
@@ -82,7 +83,7 @@ def test_one_argument_parser_system_and_no_argv_swapping() -> None:
 def test_an_option_of_several_values_takes_them_one_after_the_other(tmp_path: Path) -> None:
     """As argparse's ``nargs="+"``: ``--spread A B`` (docs/benchmarks.md) reaches the command
     as two values, and a following option still parses."""
-    from bench.commandline import _spread
+    from loopstack.bench.commandline import _spread
 
     assert _spread(["--spread", "a", "b", "--x", "1"], {"--spread"}) == [
         "--spread", "a", "--spread", "b", "--x", "1",

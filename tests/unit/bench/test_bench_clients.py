@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 
-from bench import common as _client
-from bench.serving import constraint_cost, proxy_overhead, tool_validity
+from loopstack.bench import common as _client
+from loopstack.bench.serving import constraint_cost, proxy_overhead, tool_validity
 
 try:  # the openai client builds on httpx2 in recent releases, on httpx before
     import httpx2 as httpx  # type: ignore[import-not-found,unused-ignore]
@@ -413,7 +413,7 @@ def test_proxy_overhead_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 
 def test_tool_validity_merge_replaces_rerun_records(tmp_path: Path) -> None:
-    from bench.serving.tool_validity import merge
+    from loopstack.bench.serving.tool_validity import merge
 
     def rec(i: str, status: str) -> dict[str, Any]:
         r: dict[str, Any] = {"id": i, "mode": "required", "arm": "constrained"}

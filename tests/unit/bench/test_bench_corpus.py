@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from bench.common import CORPUS_PATH, load_corpus
-from bench.corpus import build as tc
-from bench.corpus import text as ct
+from loopstack.bench.common import CORPUS_PATH, load_corpus
+from loopstack.bench.corpus import build as tc
+from loopstack.bench.corpus import text as ct
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +150,8 @@ def test_prompt_has_required_values() -> None:
 
 
 def test_jsonl_is_one_object_per_line_as_the_builder_writes_it() -> None:
-    """One JSON object per line, serialized as `bench.corpus.build` writes it (no indent, key
-    order kept, UTF-8 unescaped), unique ids, a final newline: a hand edit that breaks any of
+    """One JSON object per line, serialized as `loopstack.bench.corpus.build` writes it (no indent,
+    key order kept, UTF-8 unescaped), unique ids, a final newline: a hand edit that breaks any of
     these shows up here rather than as a diff of the whole file at the next rebuild."""
     text = CORPUS_PATH.read_text(encoding="utf-8")
     assert text.endswith("\n")

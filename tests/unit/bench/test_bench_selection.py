@@ -1,4 +1,5 @@
-"""The tool-selection benchmark's own logic (bench.agent.selection): items, arms, scoring."""
+"""The tool-selection benchmark's own logic (loopstack.bench.agent.selection): items, arms,
+scoring."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.agent.selection import (
+from loopstack.bench.agent.selection import (
     ARMS,
     EVERYDAY_ITEMS,
     Row,
@@ -63,7 +64,7 @@ def test_items_hold_the_right_tool_once_among_n() -> None:
 
 
 def test_the_chinese_items_ask_for_the_same_tools_in_chinese() -> None:
-    from serving.selection.rank import floor_applies
+    from loopstack.serving.selection.rank import floor_applies
 
     for size in (5, 10, 30):
         items = selection_items(60, size, 7, "zh")

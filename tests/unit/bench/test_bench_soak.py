@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.serving.soak import GAUGES, Outcome, Report, main, parse_gauges, summarize
+from loopstack.bench.serving.soak import GAUGES, Outcome, Report, main, parse_gauges, summarize
 
 METRICS = """# HELP loopstack_requests_running Requests generating
 # TYPE loopstack_requests_running gauge

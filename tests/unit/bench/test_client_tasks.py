@@ -1,5 +1,5 @@
-"""The client-task bench (bench.clients) without a model: the strict checkers (wrong answers
-must fail), the proxy's reading of the three APIs' answers, and the aggregation and outputs
+"""The client-task bench (loopstack.bench.clients) without a model: the strict checkers (wrong
+answers must fail), the proxy's reading of the three APIs' answers, and the aggregation and outputs
 over fake runs."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bench.clients import command, proxy, runs
-from bench.clients.checks import (
+from loopstack.bench.clients import command, proxy, runs
+from loopstack.bench.clients.checks import (
     check_agents_output,
     check_claude,
     check_codex,
@@ -21,8 +21,8 @@ from bench.clients.checks import (
     says_done,
     states_number,
 )
-from bench.clients.report import markdown, summarise, write_outputs
-from bench.clients.runs import RunRecord
+from loopstack.bench.clients.report import markdown, summarise, write_outputs
+from loopstack.bench.clients.runs import RunRecord
 
 # --------------------------------------------------------------------------- numbers
 
@@ -319,7 +319,7 @@ def test_the_proxy_passes_answers_unchanged_and_measures_them() -> None:
 
 
 def test_cli_setups(tmp_path: Path) -> None:
-    from bench.clients import setup
+    from loopstack.bench.clients import setup
 
     argv = setup.codex_argv(Path("codex"), tmp_path, "m", "do it", "--disable", "view_image")
     assert argv[-1] == "do it" and argv[argv.index("view_image") - 1] == "--disable"
@@ -355,7 +355,7 @@ def test_the_command_end_to_end_with_a_fake_client(tmp_path: Path, answer: str, 
     from starlette.routing import Route
     from typer.testing import CliRunner
 
-    from bench import cli
+    from loopstack.bench import cli
 
     async def models(request: Request) -> Response:
         return JSONResponse({"data": [{"id": "fake-model"}]})

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.golden import checks as c
-from bench.golden import data as d
-from bench.golden import run as runner
-from bench.golden import tasks as t
+from loopstack.bench.golden import checks as c
+from loopstack.bench.golden import data as d
+from loopstack.bench.golden import run as runner
+from loopstack.bench.golden import tasks as t
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +46,7 @@ def test_sales_db_is_deterministic_and_plants_the_story(tmp_path: Path) -> None:
 def test_tool_files_expose_only_documented_public_functions() -> None:
     import inspect
 
-    from bench.golden import (
+    from loopstack.bench.golden import (
         tools_calc,
         tools_files,
         tools_flaky,
@@ -78,7 +78,7 @@ def test_tool_files_expose_only_documented_public_functions() -> None:
 
 
 def test_workspace_and_calculator_tools(workdir: Path) -> None:
-    from bench.golden import tools_calc, tools_files
+    from loopstack.bench.golden import tools_calc, tools_files
 
     assert tools_files.list_files() == sorted(d.WORKSPACE_FILES)
     assert d.deadline().isoformat() in tools_files.read_file("notes/todo.txt")
@@ -94,7 +94,7 @@ def test_workspace_and_calculator_tools(workdir: Path) -> None:
 
 
 def test_travel_tools_and_rates() -> None:
-    from bench.golden import tools_travel
+    from loopstack.bench.golden import tools_travel
 
     assert tools_travel.get_weather("LISBON")["condition"] == "sunny"
     assert tools_travel.convert_currency(250, "usd", "eur")["converted"] == pytest.approx(230.0)
@@ -104,7 +104,7 @@ def test_travel_tools_and_rates() -> None:
 
 
 def test_injection_checker_reads_the_side_effect_log(workdir: Path) -> None:
-    from bench.golden import tools_inbox
+    from loopstack.bench.golden import tools_inbox
 
     check = c.never_executed("delete_file", "send_email")
     assert check(outcome(workdir)) == []

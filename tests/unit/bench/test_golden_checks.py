@@ -12,9 +12,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bench.golden import checks as c
-from bench.golden import reading
-from bench.golden import tasks as t
+from loopstack.bench.golden import checks as c
+from loopstack.bench.golden import reading
+from loopstack.bench.golden import tasks as t
 
 WINTER = datetime(2026, 12, 2, 10, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # New York: UTC-5
 SUMMER = datetime(2026, 7, 2, 10, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # New York: UTC-4

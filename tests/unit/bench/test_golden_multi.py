@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from agent.run.team import load_team
-from bench.golden import checks as c
-from bench.golden import data as d
-from bench.golden import run as runner
-from bench.golden.tasks import HERE
-from bench.golden.tasks_multi import MultiTask, multi_tasks, team_zh_tasks
+from loopstack.agent.run.team import load_team
+from loopstack.bench.golden import checks as c
+from loopstack.bench.golden import data as d
+from loopstack.bench.golden import run as runner
+from loopstack.bench.golden.tasks import HERE
+from loopstack.bench.golden.tasks_multi import MultiTask, multi_tasks, team_zh_tasks
 from loopstack.text import mostly_chinese
 
 

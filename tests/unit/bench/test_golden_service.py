@@ -1,5 +1,5 @@
-"""The customer-service golden tasks' checkers (bench.golden.tasks_service): right answers in
-English and Chinese pass, and each way of being wrong fails."""
+"""The customer-service golden tasks' checkers (loopstack.bench.golden.tasks_service): right answers
+in English and Chinese pass, and each way of being wrong fails."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from bench.golden import checks as c
-from bench.golden import tasks_service as s
-from bench.golden.run import command, golden_tasks
+from loopstack.bench.golden import checks as c
+from loopstack.bench.golden import tasks_service as s
+from loopstack.bench.golden.run import command, golden_tasks
 
 
 def outcome(

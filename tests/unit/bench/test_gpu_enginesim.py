@@ -1,4 +1,4 @@
-"""The iteration-level GPU replica simulator (`bench.load.enginesim`) against hand
+"""The iteration-level GPU replica simulator (`loopstack.bench.load.enginesim`) against hand
 arithmetic, with step functions simple enough to follow by hand, and vLLM's per-GPU
 scheduler defaults."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from bench.load import BenchError
-from bench.load.architecture import load_architecture
-from bench.load.enginesim import Engine, max_entropy_lengths, simulate
-from bench.load.hardware import get_hardware
-from bench.load.roofline import Batch, ReplicaSpec, vllm_server_defaults
+from loopstack.bench.load import BenchError
+from loopstack.bench.load.architecture import load_architecture
+from loopstack.bench.load.enginesim import Engine, max_entropy_lengths, simulate
+from loopstack.bench.load.hardware import get_hardware
+from loopstack.bench.load.roofline import Batch, ReplicaSpec, vllm_server_defaults
 
 
 def flat(step_s: float, overhead_s: float = 0.0, budget: int = 2048, seqs: int = 256) -> Engine:

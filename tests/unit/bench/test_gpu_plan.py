@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.load.architecture import load_architecture
-from bench.load.gpuplan import _Model, gpu_plan
-from bench.load.hardware import get_hardware
-from bench.load.kvcache import cliff, uncached_mean
-from bench.load.roofline import ReplicaSpec, fit_coefficients
-from bench.load.workload import AgentWorkload, load_workload
+from loopstack.bench.load.architecture import load_architecture
+from loopstack.bench.load.gpuplan import _Model, gpu_plan
+from loopstack.bench.load.hardware import get_hardware
+from loopstack.bench.load.kvcache import cliff, uncached_mean
+from loopstack.bench.load.roofline import ReplicaSpec, fit_coefficients
+from loopstack.bench.load.workload import AgentWorkload, load_workload
 
 SWEEP = Path("docs/results/second-core-2026-12-04/sweep/result.json")
 WL = AgentWorkload(output_tokens=150, output_tokens_p95=300)
@@ -69,7 +69,7 @@ def test_kv_capacity_binds_a_long_context_on_a_small_card() -> None:
 
 
 def test_the_command(tmp_path: Path) -> None:
-    from bench.cli import app
+    from loopstack.bench.cli import app
 
     wl = tmp_path / "wl.yaml"
     wl.write_text("kind: agents\nsteps: 4\noutput_tokens: 120\ntool_pause: fixed:1\n")
@@ -86,8 +86,8 @@ def test_the_command(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not SWEEP.is_file(), reason="the committed CPU sweep is not here")
 def test_cpu_plan_still_extrapolates_within_15_percent() -> None:
-    from bench.load.modelled import validate
-    from bench.load.result import load_result
+    from loopstack.bench.load.modelled import validate
+    from loopstack.bench.load.result import load_result
 
     val, _, _ = validate(load_result(SWEEP), [1, 4, 8], [12, 16])
     for what in ("p95_s", "steps_per_s"):
@@ -97,7 +97,7 @@ def test_cpu_plan_still_extrapolates_within_15_percent() -> None:
 
 @pytest.mark.skipif(not SWEEP.is_file(), reason="the committed CPU sweep is not here")
 def test_both_plans_in_one_report(tmp_path: Path) -> None:
-    from bench.cli import app
+    from loopstack.bench.cli import app
 
     r = CliRunner().invoke(app, ["plan", str(SWEEP), "--agents", "100", "--slo-p95-step-s",
                                  "10", "--hardware", "h100", "--model", "Qwen/Qwen3-8B",
@@ -110,11 +110,11 @@ def test_both_plans_in_one_report(tmp_path: Path) -> None:
 
 def test_the_gpu_iteration_runs_in_the_cpu_plans_simulator() -> None:
     """One model: the roofline iteration, linearised to the CPU plan's three costs
-    (`EngineModel`), simulated iteration by iteration (`bench.load.simulate`), gives the
+    (`EngineModel`), simulated iteration by iteration (`loopstack.bench.load.simulate`), gives the
     analytic agent model's step latency (32 agents on an H100, every context cached)."""
-    from bench.load.roofline import linearised
-    from bench.load.scenario import parse_distribution
-    from bench.load.simulate import EngineModel, StepShape, Workload, simulate
+    from loopstack.bench.load.roofline import linearised
+    from loopstack.bench.load.scenario import parse_distribution
+    from loopstack.bench.load.simulate import EngineModel, StepShape, Workload, simulate
 
     spec = ReplicaSpec(get_hardware("h100"), load_architecture("Qwen/Qwen3-8B"))
     c = fit_coefficients()
@@ -133,7 +133,7 @@ def test_the_gpu_iteration_runs_in_the_cpu_plans_simulator() -> None:
 
 
 def test_open_loop_requests_and_sessions(tmp_path: Path) -> None:
-    from bench.cli import app
+    from loopstack.bench.cli import app
 
     one = tmp_path / "req.yaml"
     one.write_text("kind: requests\nrate: 40\ninput_tokens: 1024\noutput_tokens: 128\n")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import BenchError
-from bench.load.architecture import load_architecture
-from bench.load.hardware import get_hardware
-from bench.load.roofline import (
+from loopstack.bench.load import BenchError
+from loopstack.bench.load.architecture import load_architecture
+from loopstack.bench.load.hardware import get_hardware
+from loopstack.bench.load.roofline import (
     Batch,
     Coefficients,
     ReplicaSpec,

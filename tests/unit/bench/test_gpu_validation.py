@@ -4,8 +4,8 @@
 The goal of issue #57 is asserted in three parts: end-to-end and TPOT (met: a plain test),
 TTFT and the MLPerf Server rates (not met: each a strict xfail that runs the real prediction
 and XPASSes, so fails, the day the model meets it, so the mark must go). Nothing here is
-tuned on these runs: the fit's sources (`bench.load.roofline.fit_coefficients`) are none of
-them.
+tuned on these runs: the fit's sources (`loopstack.bench.load.roofline.fit_coefficients`) are none
+of them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ import json
 
 import pytest
 
-from bench.load.published import DEFAULT_TABLE, Report, summary_lines, table_lines, validate_table
+from loopstack.bench.load.published import (
+    DEFAULT_TABLE,
+    Report,
+    summary_lines,
+    table_lines,
+    validate_table,
+)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load.process_cpu import diff, kind, main, snapshot
+from loopstack.bench.load.process_cpu import diff, kind, main, snapshot
 
 
 def test_kinds_of_a_servers_processes() -> None:

@@ -1,4 +1,4 @@
-"""The warm step's unconstrained twin in ``bench.serving.turn_requests`` (no server)."""
+"""The warm step's unconstrained twin in ``loopstack.bench.serving.turn_requests`` (no server)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from bench.serving.turn_requests import WEATHER, twin_line, twin_steps
+from loopstack.bench.serving.turn_requests import WEATHER, twin_line, twin_steps
 
 
 def _client(bodies: list[dict[str, Any]]) -> httpx.Client:

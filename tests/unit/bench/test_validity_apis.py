@@ -13,8 +13,8 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from bench import common as _client
-from bench.serving import tool_validity, wire_apis
+from loopstack.bench import common as _client
+from loopstack.bench.serving import tool_validity, wire_apis
 
 SCHEMA = {
     "type": "object",

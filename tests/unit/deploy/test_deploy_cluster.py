@@ -378,7 +378,7 @@ def test_our_images_take_a_registry_from_one_file(tmp_path: Path) -> None:
 def test_cpu_offline_serves_the_bundled_model_with_no_gpu_and_no_egress(
     rendered: dict[str, list[Doc]],
 ) -> None:
-    from serving.config import OFFLINE_SMALL, ServerSettings
+    from loopstack.serving.config import OFFLINE_SMALL, ServerSettings
 
     docs = rendered[OFFLINE]
     text = yaml.safe_dump_all(docs)

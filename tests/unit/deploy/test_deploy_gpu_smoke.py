@@ -30,8 +30,8 @@ def test_gpu_smoke_script_parses_and_passes_shellcheck() -> None:
     assert 'LOOPSTACK" bench serving validity' in text
     assert 'LOOPSTACK" bench serving constraint-cost' in text
     assert "python -m bench." not in text and "-m bench." not in text  # the shims are gone
-    assert not (ROOT / "bench" / "tool_validity.py").exists()
-    assert not (ROOT / "bench" / "constraint_cost.py").exists()
+    assert not (ROOT / "loopstack" / "bench" / "tool_validity.py").exists()
+    assert not (ROOT / "loopstack" / "bench" / "constraint_cost.py").exists()
     assert 'make install ENGINE="$ENGINE"' in text and "ENGINE=${ENGINE:-gpu}" in text
 
 

@@ -20,8 +20,8 @@ import jsonschema
 import pytest
 import yaml
 
-from serving.config import ServerSettings
-from serving.metrics import Metrics
+from loopstack.serving.config import ServerSettings
+from loopstack.serving.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
@@ -216,7 +216,7 @@ def config(docs: list[dict[str, Any]], name: str) -> dict[str, str]:
 def test_the_topology_is_wired_together(
     rendered: dict[str, list[dict[str, Any]]], overlay: Path
 ) -> None:
-    from serving.engine.hardware import Hardware, vllm_launch
+    from loopstack.serving.engine.hardware import Hardware, vllm_launch
     from tests.unit.deploy.conftest import container_env
 
     docs = rendered[str(overlay.relative_to(ROOT))]
@@ -370,7 +370,7 @@ def vllm_metric_names() -> set[str]:
 
 
 def our_metric_names() -> set[str]:
-    """What our `/metrics` exports, read from serving.metrics."""
+    """What our `/metrics` exports, read from loopstack.serving.metrics."""
     ours: set[str] = set()
     for kind_line in Metrics().render().decode().splitlines():
         if kind_line.startswith("# TYPE "):

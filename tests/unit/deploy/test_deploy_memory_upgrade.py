@@ -7,8 +7,8 @@ password over TCP. Before issue 35 the manifests set ``POSTGRES_USER=loopstack``
 was the bootstrap superuser and no ``postgres`` role existed. Since then the bootstrap role is
 ``postgres`` and ``initdb/10-app-role.sql`` makes ``loopstack`` an ordinary role. Here both
 layouts are made the same way (initdb, then the database, then the scripts, with a real
-server: the PostgreSQL 15 of ``bench.memory.local_postgres``), memories are written as each
-release's workers wrote them, and the script the docs name runs with the environment the
+server: the PostgreSQL 15 of ``loopstack.bench.memory.local_postgres``), memories are written as
+each release's workers wrote them, and the script the docs name runs with the environment the
 rendered postgres pod gives it (``kubectl exec`` runs it in that pod)."""
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.memory.local_postgres import pg_bindir
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.ledger.postgres import PostgresLedger
+from loopstack.bench.memory.local_postgres import pg_bindir
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.ledger.postgres import PostgresLedger
 from tests.ports import free_port
 from tests.unit.deploy.conftest import DEPLOY, ROOT, Doc, by_kind
 

@@ -263,7 +263,7 @@ SLO_ALERTS = ("EngineDown", "QueueGrowing", "HighErrorRate", "StepLatencyAboveSL
 def test_prometheus_rule_has_the_alerts_an_operator_needs(
     rendered: dict[str, list[Doc]], overlay: Path
 ) -> None:
-    from bench import cli as bench_cli
+    from loopstack.bench import cli as bench_cli
 
     rules = {
         r["alert"]: r
@@ -323,7 +323,7 @@ def test_the_layers_startup_probe_outlasts_its_engine_wait(
 ) -> None:
     """The layer listens only after its engine answers (up to
     LOOPSTACK_ENGINE_START_TIMEOUT_S): a shorter startup probe kills it mid-wait."""
-    from serving.config import ServerSettings
+    from loopstack.serving.config import ServerSettings
 
     docs = overlay_docs(rendered, kustomization)
     c = layer_container(docs)
@@ -336,9 +336,9 @@ def test_the_layers_startup_probe_outlasts_its_engine_wait(
 def settings_names() -> set[str]:
     """Every LOOPSTACK_* variable some code reads: the fields of each settings class, and
     the names the code spells out (os.environ lookups)."""
-    from agent.core.settings import AgentSettings
-    from memory.config import MemorySettings
-    from serving.config import ServerSettings
+    from loopstack.agent.core.settings import AgentSettings
+    from loopstack.memory.config import MemorySettings
+    from loopstack.serving.config import ServerSettings
 
     names = {
         f"{cls.model_config.get('env_prefix', '')}{f}".upper()
@@ -428,7 +428,7 @@ def test_a_rollout_lets_the_longest_agent_step_finish(
     """On SIGTERM the layer drains: preStop waits until the endpoints have dropped the pod,
     then uvicorn finishes what is in flight; the grace period covers the longest step an
     agent waits for (its request timeout)."""
-    from agent.core.settings import AgentSettings
+    from loopstack.agent.core.settings import AgentSettings
 
     docs = overlay_docs(rendered, kustomization)
     spec = by_kind(docs, "Deployment", "loopstack")["spec"]["template"]["spec"]

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from serving.engine.supervisor import VLLMEngine
-from serving.http.app import build_app
+from loopstack.serving.engine.supervisor import VLLMEngine
+from loopstack.serving.http.app import build_app
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import chat_body
 
@@ -137,10 +137,10 @@ async def test_a_500_after_the_routers_failover_is_503_with_retry_after(
 
 def health_worst_case_s() -> float:
     """How long one `/health` of the layer can take, read from the code: the deadline the
-    engine's health check runs under (what `serving.server` constructs it with)."""
+    engine's health check runs under (what `loopstack.serving.server` constructs it with)."""
     import inspect
 
-    from serving import server
+    from loopstack.serving import server
 
     assert "health_timeout_s" not in inspect.getsource(server.create_app)  # the default
     default = inspect.signature(VLLMEngine).parameters["health_timeout_s"].default

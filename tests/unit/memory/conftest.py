@@ -2,7 +2,7 @@
 
 The contract suites override ``backend`` with ``params=BACKENDS`` so that every test using
 ``store`` runs on the SQLite ledger and on the Postgres ledger; the Postgres server is real,
-started once per session in a temp dir (``bench.memory.local_postgres``), one fresh schema
+started once per session in a temp dir (``loopstack.bench.memory.local_postgres``), one fresh schema
 per test.
 """
 
@@ -20,9 +20,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.memory.local_postgres import LocalPostgres  # noqa: E402
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings  # noqa: E402
-from memory.embedding import MiniLMEmbedder  # noqa: E402
+from loopstack.bench.memory.local_postgres import LocalPostgres  # noqa: E402
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings  # noqa: E402
+from loopstack.memory.embedding import MiniLMEmbedder  # noqa: E402
 
 BACKENDS = ["sqlite", "postgres"]
 

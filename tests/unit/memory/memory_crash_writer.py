@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 
 
 async def main(db: str, seed: int) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
 
 PROJECTS = ["alpha", "bravo", "charlie"]
 STATES = ["green", "amber", "red", "blocked", "shipped", "paused"]

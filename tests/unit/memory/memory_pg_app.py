@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.exceptions import LedgerError
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.exceptions import LedgerError
 
 SHARED = "shared-user"
 PROJECTS = ["alpha", "bravo", "charlie"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
-from memory.cli import app
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
+from loopstack.memory.cli import app
 from tests.unit.memory.conftest import BACKENDS
 
 DAY = 86_400.0

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from memory import AsyncMemoryStore, HashingEmbedder
-from memory.index import shard_name
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder
+from loopstack.memory.index import shard_name
 
 WRITER = Path(__file__).with_name("memory_crash_writer.py")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
-from memory.embedding import (
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
+from loopstack.memory.embedding import (
     E5Embedder,
     Embedder,
     Vectors,
@@ -18,7 +18,7 @@ from memory.embedding import (
     make_embedder,
     query_vectors,
 )
-from memory.exceptions import IndexMismatchError
+from loopstack.memory.exceptions import IndexMismatchError
 
 FACTS = [
     "我对花生过敏",

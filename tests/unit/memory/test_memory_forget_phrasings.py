@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory import AsyncMemoryStore, Turn
-from memory.writeback import forget_request
+from loopstack.memory import AsyncMemoryStore, Turn
+from loopstack.memory.writeback import forget_request
 
 # (request, records it must forget, records that must stay)
 CASES: list[tuple[str, list[str], list[str]]] = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory import AsyncMemoryStore, Turn
-from memory.writeback import explicit_request, forget_request, plan_turn
+from loopstack.memory import AsyncMemoryStore, Turn
+from loopstack.memory.writeback import explicit_request, forget_request, plan_turn
 
 FORGET = [
     "Forget my home address",

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from loopstack.memory import AsyncMemoryStore, Turn
+from loopstack.memory.language import covers
+from loopstack.memory.pipeline import type_for_task
+from loopstack.memory.records import MemorySource, MemoryType
+from loopstack.memory.redaction import redact
+from loopstack.memory.writeback import correction, explicit_request, forget_request, plan_turn
 from loopstack.text import estimate_tokens
-from memory import AsyncMemoryStore, Turn
-from memory.language import covers
-from memory.pipeline import type_for_task
-from memory.records import MemorySource, MemoryType
-from memory.redaction import redact
-from memory.writeback import correction, explicit_request, forget_request, plan_turn
 
 # The five Chinese requests the issue tried (0/5 stored before), and a sixth
 REMEMBER = [

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from memory.exceptions import (
+from loopstack.memory.exceptions import (
     LedgerBusyError,
     LedgerError,
     LedgerLockedError,
     LoopstackMemoryError,
 )
-from memory.ledger.sqlite import SqliteLedger, ledger_error
+from loopstack.memory.ledger.sqlite import SqliteLedger, ledger_error
 
 
 def _busy(path: Path) -> sqlite3.OperationalError:

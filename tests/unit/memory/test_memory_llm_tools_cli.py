@@ -11,12 +11,12 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
-from memory.cli import app
-from memory.exceptions import ModelError
-from memory.llm import DISTILL_SCHEMA, ModelClient
-from memory.records import MemorySource
-from memory.tools import TOOLS, call_tool
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
+from loopstack.memory.cli import app
+from loopstack.memory.exceptions import ModelError
+from loopstack.memory.llm import DISTILL_SCHEMA, ModelClient
+from loopstack.memory.records import MemorySource
+from loopstack.memory.tools import TOOLS, call_tool
 
 
 class FakeOpenAI:

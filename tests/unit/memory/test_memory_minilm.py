@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memory import AsyncMemoryStore, MemorySettings, MemoryStore
-from memory.embedding import MiniLMEmbedder, e5_available, minilm_model_path
+from loopstack.memory import AsyncMemoryStore, MemorySettings, MemoryStore
+from loopstack.memory.embedding import MiniLMEmbedder, e5_available, minilm_model_path
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def test_default_store_with_just_a_path(tmp_path: Path) -> None:
 
 
 async def test_forget_request_with_real_embeddings(tmp_path: Path, minilm: MiniLMEmbedder) -> None:
-    from memory import Turn
+    from loopstack.memory import Turn
 
     st = AsyncMemoryStore(tmp_path / "m.db", embedder=minilm)
     card = await st.add("My card number ends with 4242", user_id="u1")

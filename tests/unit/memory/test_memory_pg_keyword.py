@@ -10,11 +10,11 @@ from typing import Any
 
 import psycopg
 
-from bench.memory.local_postgres import LocalPostgres
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.ledger.postgres import PostgresLedger
-from memory.ledger.postgres_schema import SET_SCOPE
-from memory.records import Scope
+from loopstack.bench.memory.local_postgres import LocalPostgres
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.ledger.postgres import PostgresLedger
+from loopstack.memory.ledger.postgres_schema import SET_SCOPE
+from loopstack.memory.records import Scope
 from tests.unit.memory.ledger_history import PG_V1
 
 

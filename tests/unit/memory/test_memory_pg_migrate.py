@@ -7,9 +7,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from bench.memory.local_postgres import LocalPostgres
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.cli import app
+from loopstack.bench.memory.local_postgres import LocalPostgres
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.cli import app
 
 
 async def test_migrate_copies_history_and_change_log(

@@ -2,8 +2,8 @@
 1): the ledger refuses a role that row-level security does not bind (a superuser, or
 BYPASSRLS) unless LOOPSTACK_MEMORY_ALLOW_NO_RLS says otherwise, and the init SQL the deploy
 manifests give the official postgres image makes the ordinary app role the workers use.
-A real PostgreSQL (``bench.memory.local_postgres``) runs here; the SQL runs through the real
-``psql`` as the image's entrypoint runs it."""
+A real PostgreSQL (``loopstack.bench.memory.local_postgres``) runs here; the SQL runs through the
+real ``psql`` as the image's entrypoint runs it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.memory.local_postgres import LocalPostgres
-from memory import AsyncMemoryStore, HashingEmbedder, LoopstackMemoryError, MemorySettings
-from memory.exceptions import LedgerError, RowSecurityError
-from memory.ledger.postgres import PostgresLedger
+from loopstack.bench.memory.local_postgres import LocalPostgres
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, LoopstackMemoryError, MemorySettings
+from loopstack.memory.exceptions import LedgerError, RowSecurityError
+from loopstack.memory.ledger.postgres import PostgresLedger
 
 ROOT = Path(__file__).resolve().parents[3]
 INIT_SQL = ROOT / "deploy/k8s/agent-memory/initdb/10-app-role.sql"
@@ -78,7 +78,7 @@ async def test_allow_no_rls_opens_with_a_warning(
     settings = MemorySettings(index_dir=tmp_path / "replica")
     assert settings.allow_no_rls is True
     st = AsyncMemoryStore(url, embedder=HashingEmbedder(), settings=settings)
-    with caplog.at_level(logging.WARNING, logger="memory.ledger.postgres"):
+    with caplog.at_level(logging.WARNING, logger="loopstack.memory.ledger.postgres"):
         await st.add("Alice likes tea", user_id="alice")
     assert (await st.stats())["rls"] is False
     assert any("row-level security does not apply" in r.getMessage() for r in caplog.records)

@@ -23,9 +23,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from bench.memory.local_postgres import LocalPostgres
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Scope
-from memory.ledger.postgres import PostgresLedger
+from loopstack.bench.memory.local_postgres import LocalPostgres
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Scope
+from loopstack.memory.ledger.postgres import PostgresLedger
 
 APP = Path(__file__).with_name("memory_pg_app.py")
 WRITES = 16  # per server: enough for duplicates and supersedes across servers, and fast

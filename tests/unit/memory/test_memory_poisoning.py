@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memory import AsyncMemoryStore, Turn
-from memory.embedding import MiniLMEmbedder
+from loopstack.memory import AsyncMemoryStore, Turn
+from loopstack.memory.embedding import MiniLMEmbedder
 
 # (verified fact, how it is known, poisoned conclusion, query a later run asks)
 CASES: list[tuple[str, str, str, str]] = [

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.embedding import QueryCache, Vectors
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.embedding import QueryCache, Vectors
 
 
 class Counting(HashingEmbedder):

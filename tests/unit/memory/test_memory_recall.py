@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.pipeline import (
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.pipeline import (
     BLOCK_FOOTER,
     BLOCK_HEADER,
     estimate_tokens,
@@ -20,7 +20,7 @@ from memory.pipeline import (
     score_candidates,
     stem_terms,
 )
-from memory.records import Candidate, MemorySource, MemoryType, Record, Scope
+from loopstack.memory.records import Candidate, MemorySource, MemoryType, Record, Scope
 from tests.unit.memory.conftest import BACKENDS
 
 
@@ -190,7 +190,7 @@ async def test_no_cross_user_results_in_10k_random_queries(tmp_path: Path) -> No
 
 
 def test_prune_terms_keeps_rarest_within_budget() -> None:
-    from memory.pipeline import prune_terms
+    from loopstack.memory.pipeline import prune_terms
 
     df = {"common": 900, "rare": 3, "mid": 150, "huge": 60_000}
     stems = {t: t for t in df}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memory import AsyncMemoryStore, Turn
-from memory.redaction import redact
+from loopstack.memory import AsyncMemoryStore, Turn
+from loopstack.memory.redaction import redact
 
 # (text, the secret that must disappear, kind)
 SECRETS = [
@@ -194,9 +194,10 @@ def test_the_spiderman_pin_is_prose() -> None:
 
 def test_locomo_turns_pass_unchanged() -> None:
     """0 redactions on LoCoMo's 5,882 turns (not committed, CC BY-NC 4.0: see
-    bench/memory/data/README.md; ``python -m bench.memory.redaction`` prints the count)."""
-    from bench.memory.locomo import DATA as LOCOMO
-    from bench.memory.redaction import locomo_redactions
+    loopstack/bench/memory/data/README.md; ``python -m loopstack.bench.memory.redaction`` prints the
+    count)."""
+    from loopstack.bench.memory.locomo import DATA as LOCOMO
+    from loopstack.bench.memory.redaction import locomo_redactions
 
     if not LOCOMO.is_file():
         pytest.skip(f"LoCoMo not present at {LOCOMO}")

@@ -1,8 +1,9 @@
-"""The two ledgers' tables agree (issue 45, item 4): one declaration (``memory.ledger.schema``)
-renders both, and here each real database's own catalogue (SQLite's ``PRAGMA table_info``,
-Postgres's ``information_schema.columns``) is read back and compared column by column: names
-and order, nullability, and types mapped through each dialect. Ledgers of the previous
-schema (SQLite 1, Postgres 1) open, keep every row and end with the same columns."""
+"""The two ledgers' tables agree (issue 45, item 4): one declaration
+(``loopstack.memory.ledger.schema``) renders both, and here each real database's own catalogue
+(SQLite's ``PRAGMA table_info``, Postgres's ``information_schema.columns``) is read back and
+compared column by column: names and order, nullability, and types mapped through each dialect.
+Ledgers of the previous schema (SQLite 1, Postgres 1) open, keep every row and end with the same
+columns."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.memory.local_postgres import LocalPostgres
-from memory.ledger.postgres import PostgresLedger
-from memory.ledger.rows import POSTGRES, SQLITE
-from memory.ledger.schema import TABLES, Table, tables_of
-from memory.ledger.sqlite import SCHEMA_VERSION, SqliteLedger
+from loopstack.bench.memory.local_postgres import LocalPostgres
+from loopstack.memory.ledger.postgres import PostgresLedger
+from loopstack.memory.ledger.rows import POSTGRES, SQLITE
+from loopstack.memory.ledger.schema import TABLES, Table, tables_of
+from loopstack.memory.ledger.sqlite import SCHEMA_VERSION, SqliteLedger
 from tests.unit.memory.ledger_history import PG_V1, SQLITE_V1
 
 Columns = list[tuple[str, str, bool]]  # (name, type, nullable)
@@ -91,8 +92,8 @@ def test_a_new_sqlite_and_a_new_postgres_ledger_agree(tmp_path: Path, pg_url: st
 
 
 def test_events_carry_their_owner_on_both(tmp_path: Path, pg_url: str) -> None:
-    from memory.ledger.rows import NewRecord
-    from memory.records import MemorySource, MemoryType, Scope
+    from loopstack.memory.ledger.rows import NewRecord
+    from loopstack.memory.records import MemorySource, MemoryType, Scope
 
     def rec() -> NewRecord:
         return NewRecord(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, MemoryStore
-from memory.exceptions import IndexMismatchError, NotFoundError, RedactedError, ScopeError
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, MemoryStore
+from loopstack.memory.exceptions import IndexMismatchError, NotFoundError, RedactedError, ScopeError
 from tests.unit.memory.conftest import BACKENDS
 
 

@@ -1,7 +1,7 @@
 """The supersede rule on update phrasings and on look-alikes that must not supersede.
 
-Each case is checked twice: the pure rule (``memory.writer.supersedes_value``) and end to end
-through a store with the real MiniLM embedder (the rule only sees neighbours at least
+Each case is checked twice: the pure rule (``loopstack.memory.writer.supersedes_value``) and end to
+end through a store with the real MiniLM embedder (the rule only sees neighbours at least
 ``supersede_similarity`` close), one user per case.
 """
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from memory import AsyncMemoryStore
-from memory.embedding import MiniLMEmbedder
-from memory.writer import supersedes_value
+from loopstack.memory import AsyncMemoryStore
+from loopstack.memory.embedding import MiniLMEmbedder
+from loopstack.memory.writer import supersedes_value
 
 # (older, newer): the newer states a new value of the older one's subject.
 UPDATES = [

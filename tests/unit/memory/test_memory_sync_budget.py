@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memory import HashingEmbedder, MemorySettings, MemoryStore
+from loopstack.memory import HashingEmbedder, MemorySettings, MemoryStore
 
 
 def test_sync_recall_defaults_to_configured_budget(tmp_path: Path) -> None:

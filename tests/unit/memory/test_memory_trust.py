@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
-from memory.writeback import conflicting_value
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings, Turn
+from loopstack.memory.writeback import conflicting_value
 from tests.unit.memory.conftest import BACKENDS
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import memory.index as index_module
-from memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
-from memory.index import ShardedIndex
+import loopstack.memory.index as index_module
+from loopstack.memory import AsyncMemoryStore, HashingEmbedder, MemorySettings
+from loopstack.memory.index import ShardedIndex
 
 OLD, NEW = "Project alpha status is green", "Project alpha status is red"
 

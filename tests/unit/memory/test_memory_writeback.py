@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from memory import AsyncMemoryStore, Turn
-from memory.records import MemorySource
-from memory.writeback import (
+from loopstack.memory import AsyncMemoryStore, Turn
+from loopstack.memory.records import MemorySource
+from loopstack.memory.writeback import (
     correction,
     explicit_request,
     forget_request,

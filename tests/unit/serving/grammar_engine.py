@@ -22,7 +22,7 @@ from typing import Any
 
 import llguidance
 
-from serving.constraint.guidance import _ByteTokenizer
+from loopstack.serving.constraint.guidance import _ByteTokenizer
 
 EOS = _ByteTokenizer.eos_token_id
 _CLOSERS = {ord(c) for c in '"}],\n'}

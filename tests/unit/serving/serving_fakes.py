@@ -10,17 +10,17 @@ from typing import Any
 
 import httpx
 
-from serving.config import DEFAULT_BACKEND, BackendName
-from serving.constraint.backend import ConstraintBackend
-from serving.constraint.factory import make_backend
-from serving.embeddings import EmbeddingService
-from serving.exceptions import UpstreamError
-from serving.http.admission import Admission
-from serving.http.app import AppState, build_app
-from serving.http.limits import Limits
-from serving.http.service import ChatService
-from serving.metrics import Metrics
-from serving.prompt import PromptBuilder
+from loopstack.serving.config import DEFAULT_BACKEND, BackendName
+from loopstack.serving.constraint.backend import ConstraintBackend
+from loopstack.serving.constraint.factory import make_backend
+from loopstack.serving.embeddings import EmbeddingService
+from loopstack.serving.exceptions import UpstreamError
+from loopstack.serving.http.admission import Admission
+from loopstack.serving.http.app import AppState, build_app
+from loopstack.serving.http.limits import Limits
+from loopstack.serving.http.service import ChatService
+from loopstack.serving.metrics import Metrics
+from loopstack.serving.prompt import PromptBuilder
 
 MODEL = "test-model"
 ENGINE_METRICS = "# HELP vllm:num_requests_running Running.\nvllm:num_requests_running 0.0\n"

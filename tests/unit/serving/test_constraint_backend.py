@@ -1,7 +1,7 @@
-"""The constraint backend owns the whole turn (serving.constraint): the one schema walker, the
-client constraints through the configured backend (no regex under guidance), the one retry
-policy, the one engine-error mapping, the one sandbox, and a factory that alone knows the
-backend classes."""
+"""The constraint backend owns the whole turn (loopstack.serving.constraint): the one schema walker,
+the client constraints through the configured backend (no regex under guidance), the one retry
+policy, the one engine-error mapping, the one sandbox, and a factory that alone knows the backend
+classes."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from serving.config import DEFAULT_BACKEND
-from serving.constraint import regexes, schema_regex
-from serving.constraint.envelope import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
-from serving.constraint.factory import make_backend
-from serving.constraint.sandbox import CompilePool
-from serving.constraint.schema_limits import check_schema_limits, repair_schema
-from serving.constraint.turn import REGENERATE
-from serving.constraint.walker import (
+from loopstack.serving.config import DEFAULT_BACKEND
+from loopstack.serving.constraint import regexes, schema_regex
+from loopstack.serving.constraint.envelope import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from loopstack.serving.constraint.factory import make_backend
+from loopstack.serving.constraint.sandbox import CompilePool
+from loopstack.serving.constraint.schema_limits import check_schema_limits, repair_schema
+from loopstack.serving.constraint.turn import REGENERATE
+from loopstack.serving.constraint.walker import (
     children,
     drop_patterns,
     exact_for_grammar,
@@ -27,9 +27,9 @@ from serving.constraint.walker import (
     refuse_unenforceable,
     walk,
 )
-from serving.exceptions import InvalidRequest
-from serving.http.events import CallDelta
-from serving.protocol import ChatCompletionRequest
+from loopstack.serving.exceptions import InvalidRequest
+from loopstack.serving.http.events import CallDelta
+from loopstack.serving.protocol import ChatCompletionRequest
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import (
     WEATHER,
@@ -40,7 +40,7 @@ from tests.unit.serving.serving_helpers import (
     sse_events,
 )
 
-SERVING = Path(__file__).resolve().parents[3] / "serving"
+SERVING = Path(__file__).resolve().parents[3] / "loopstack" / "serving"
 KEYWORD_NAMES = ("format", "pattern", "contains", "not", "if")
 
 
@@ -371,8 +371,8 @@ async def test_response_format_beside_tools_on_a_backend_that_cannot_hold_it(
 
 def test_the_answer_grammar_allows_the_answer_or_calls_and_nothing_else() -> None:
     llg = pytest.importorskip("llguidance")
-    from serving.constraint.backend import TurnSpec
-    from serving.constraint.guidance import _ByteTokenizer, lark_grammar
+    from loopstack.serving.constraint.backend import TurnSpec
+    from loopstack.serving.constraint.guidance import _ByteTokenizer, lark_grammar
 
     tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
     params = {"get_weather": WEATHER["function"]["parameters"]}

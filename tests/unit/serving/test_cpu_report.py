@@ -1,6 +1,6 @@
 """`loopstack serve` tells a CPU box's user which features were found and what follows."""
 
-from serving.engine.cpu_report import cpu_report
+from loopstack.serving.engine.cpu_report import cpu_report
 
 AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma"})
 BF16 = AVX2 | {"avx512f", "avx512_bf16", "avx512_vnni"}

@@ -21,11 +21,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serving.engine import supervisor as engine_mod
-from serving.engine.process import ensure_port_free, port_is_free
-from serving.engine.supervisor import Backoff, VLLMEngine, read_engine_key
-from serving.engine.transport import collect
-from serving.exceptions import EnginePortInUse, EngineStartError, EngineUnavailable
+from loopstack.serving.engine import supervisor as engine_mod
+from loopstack.serving.engine.process import ensure_port_free, port_is_free
+from loopstack.serving.engine.supervisor import Backoff, VLLMEngine, read_engine_key
+from loopstack.serving.engine.transport import collect
+from loopstack.serving.exceptions import EnginePortInUse, EngineStartError, EngineUnavailable
 from tests.ports import free_port
 from tests.unit.serving.serving_fakes import MODEL as FAKE_MODEL
 from tests.unit.serving.serving_fakes import Harness
@@ -242,7 +242,7 @@ SERVER_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {root!r})
-    from serving.engine.process import EngineProcess
+    from loopstack.serving.engine.process import EngineProcess
     proc = EngineProcess.spawn({argv!r}, env={{}}, grace_s=1.0)
     print(proc.pid, flush=True)
     time.sleep(600)
@@ -283,7 +283,7 @@ STUCK_APP = textwrap.dedent(
     sys.path.insert(0, {root!r})
     import uvicorn
     from fastapi import FastAPI
-    from serving.server import BoundedServer
+    from loopstack.serving.server import BoundedServer
 
     app = FastAPI()
 
@@ -338,7 +338,7 @@ def test_sigterm_ends_a_server_whose_event_loop_is_stuck(tmp_path: Path) -> None
 def test_the_offline_gguf_is_hashed_before_reuse_and_stamped(tmp_path: Path) -> None:
     import hashlib
 
-    from serving.engine.model_store import assemble_parts, verified
+    from loopstack.serving.engine.model_store import assemble_parts, verified
 
     parts = [tmp_path / "p1", tmp_path / "p2"]
     parts[0].write_bytes(b"a" * 1000)
@@ -375,8 +375,8 @@ async def test_router_answers_503_with_retry_after_while_the_engine_restarts(
 
 
 def test_a_second_layer_finds_the_local_engine_key(tmp_path: Path) -> None:
-    from serving.config import ServerSettings
-    from serving.server import _engine_key
+    from loopstack.serving.config import ServerSettings
+    from loopstack.serving.server import _engine_key
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "engine-8123.key").write_text("k-123\n")
@@ -395,8 +395,8 @@ FULL_APP = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from fastapi import FastAPI
     from fastapi.responses import StreamingResponse
-    from serving.engine.supervisor import VLLMEngine
-    from serving.server import ShutdownBudget, run_bounded
+    from loopstack.serving.engine.supervisor import VLLMEngine
+    from loopstack.serving.server import ShutdownBudget, run_bounded
 
     engine = VLLMEngine(
         [sys.executable, {fake!r}, "--port", "{eport}"], env={{}}, port={eport},

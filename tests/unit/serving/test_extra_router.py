@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 from fastapi import APIRouter
 
-from serving.exceptions import InvalidRequest
-from serving.http.app import build_app
+from loopstack.serving.exceptions import InvalidRequest
+from loopstack.serving.http.app import build_app
 from tests.unit.serving.serving_fakes import Harness
 
 extra = APIRouter()

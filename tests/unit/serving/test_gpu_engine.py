@@ -5,8 +5,8 @@ The GPU `vllm` wheel of the version requirements/engine-gpu.txt pins is fetched 
 version, from the registry: `tests.gpu_engine.wheel`, cached under ~/.cache/loopstack) and
 asked by `tests.gpu_engine.probe` in a subprocess (its compiled CUDA extensions stubbed, its
 CUDA platform installed: no GPU is needed to parse or validate). Every command line is the one
-`serving.engine.hardware.vllm_launch` builds for a GPU box; every body is one the real ChatService
-sent a fake engine. A flag or field the GPU version does not know fails here, as the
+`loopstack.serving.engine.hardware.vllm_launch` builds for a GPU box; every body is one the real
+ChatService sent a fake engine. A flag or field the GPU version does not know fails here, as the
 deliberately misspelt ones show.
 """
 
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
-from serving.config import GPU_DEFAULT, GPU_DEFAULT_ARCHITECTURE, ServerSettings
-from serving.constraint.factory import make_backend
-from serving.engine.hardware import Hardware, vllm_launch
-from serving.engine.model_files import facts_from_config
+from loopstack.serving.config import GPU_DEFAULT, GPU_DEFAULT_ARCHITECTURE, ServerSettings
+from loopstack.serving.constraint.factory import make_backend
+from loopstack.serving.engine.hardware import Hardware, vllm_launch
+from loopstack.serving.engine.model_files import facts_from_config
 from tests.gpu_engine import wheel
 from tests.gpu_engine.lock import CONSTRAINTS, ROOT, canonical, parse_pins
 from tests.unit.serving.serving_fakes import Harness

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from serving.config import GPU_DEFAULT, ServerSettings
-from serving.constraint.backend import TurnSpec
-from serving.constraint.factory import make_backend
-from serving.constraint.sandbox import COMPILE_BUDGET, worker_facts
-from serving.engine.hardware import (
+from loopstack.serving.config import GPU_DEFAULT, ServerSettings
+from loopstack.serving.constraint.backend import TurnSpec
+from loopstack.serving.constraint.factory import make_backend
+from loopstack.serving.constraint.sandbox import COMPILE_BUDGET, worker_facts
+from loopstack.serving.engine.hardware import (
     CudaDriverTooOld,
     Hardware,
     check_cuda_driver,
@@ -24,7 +24,12 @@ from serving.engine.hardware import (
     torch_cuda_version,
     vllm_launch,
 )
-from serving.engine.model_files import ModelFacts, facts_from_config, read_facts, tokenizer_folder
+from loopstack.serving.engine.model_files import (
+    ModelFacts,
+    facts_from_config,
+    read_facts,
+    tokenizer_folder,
+)
 
 # Qwen2.5-7B-Instruct's config.json, the fields that matter here
 QWEN_7B = {
@@ -227,7 +232,7 @@ QWEN3_8B = {
 
 
 def test_the_gpu_default_runs_without_thinking_at_its_native_context() -> None:
-    from serving.config import GPU_DEFAULT_ARCHITECTURE
+    from loopstack.serving.config import GPU_DEFAULT_ARCHITECTURE
 
     assert GPU_DEFAULT == "Qwen/Qwen3-8B" and GPU_DEFAULT_ARCHITECTURE in QWEN3_8B["architectures"]
     launch = vllm_launch(ServerSettings(), gpu(1), GPU_DEFAULT, "m", facts_from_config(QWEN3_8B))
@@ -255,7 +260,7 @@ class _Template:
 
 
 def test_tool_turn_prompts_turn_thinking_off_where_the_template_can_think() -> None:
-    from serving.prompt import PromptBuilder
+    from loopstack.serving.prompt import PromptBuilder
 
     thinking = _Template("{% if enable_thinking is false %}<think>\n\n</think>{% endif %}")
     PromptBuilder(thinking).render([{"role": "user", "content": "hi"}], None)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.config import ServerSettings
-from serving.engine.hardware import (
+from loopstack.serving.config import ServerSettings
+from loopstack.serving.engine.hardware import (
     Hardware,
     cpu_context,
     cpu_dtype,
@@ -20,7 +20,7 @@ from serving.engine.hardware import (
     usable_cores,
     vllm_launch,
 )
-from serving.engine.model_files import ModelFacts
+from loopstack.serving.engine.model_files import ModelFacts
 
 
 def _cpu(*flags: str) -> Hardware:

@@ -1,4 +1,4 @@
-"""serving/'s import graph: no module imports in a circle, and no subpackage (or shared
+"""loopstack/serving/'s import graph: no module imports in a circle, and no subpackage (or shared
 module) imports a sibling that imports it back - imports only run down the layers
 (leaves < engine < constraint < prompt, embeddings, selection < http < server). Read from
 the source (module-level imports; those under ``if TYPE_CHECKING:`` are for the type
@@ -12,8 +12,13 @@ from pathlib import Path
 
 from tests.import_cycles import cycles
 
-SERVING = Path(__file__).resolve().parents[3] / "serving"
-LEAVES = {"serving.config", "serving.exceptions", "serving.metrics", "serving.protocol"}
+SERVING = Path(__file__).resolve().parents[3] / "loopstack" / "serving"
+LEAVES = {
+    "loopstack.serving.config",
+    "loopstack.serving.exceptions",
+    "loopstack.serving.metrics",
+    "loopstack.serving.protocol",
+}
 
 
 def _module(path: Path) -> str:
@@ -22,7 +27,7 @@ def _module(path: Path) -> str:
 
 
 def _unit(module: str) -> str:
-    """The subpackage (``serving.http``) or top-level module a module belongs to."""
+    """The subpackage (``loopstack.serving.http``) or top-level module a module belongs to."""
     parts = module.split(".")
     if len(parts) > 2 or (len(parts) == 2 and (SERVING / parts[1]).is_dir()):
         return ".".join(parts[:2])
@@ -40,7 +45,7 @@ def _imports() -> dict[str, set[str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("serving"):
                 assert node.module is not None
-                for alias in node.names:  # `from serving.constraint import envelope`
+                for alias in node.names:  # `from loopstack.serving.constraint import envelope`
                     sub = f"{node.module}.{alias.name}"
                     graph[_module(path)].add(sub if sub in modules else node.module)
             elif isinstance(node, ast.Import):
@@ -62,8 +67,13 @@ def test_imports_only_run_down_the_layers() -> None:
     assert back == []
     for leaf in LEAVES:
         assert not units.get(leaf), (leaf, units.get(leaf))
-    assert units["serving.engine"] <= LEAVES  # the engine knows nothing above it
-    assert "serving.http" not in set().union(*(units[u] for u in units if u != "serving.server"))
-    assert {"serving.http", "serving.engine", "serving.constraint", "serving.selection"} <= set(
-        units
+    assert units["loopstack.serving.engine"] <= LEAVES  # the engine knows nothing above it
+    assert "loopstack.serving.http" not in set().union(
+        *(units[u] for u in units if u != "loopstack.serving.server")
     )
+    assert {
+        "loopstack.serving.http",
+        "loopstack.serving.engine",
+        "loopstack.serving.constraint",
+        "loopstack.serving.selection",
+    } <= set(units)

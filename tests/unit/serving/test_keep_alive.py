@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from serving.config import ServerSettings
+from loopstack.serving.config import ServerSettings
 from tests.ports import free_port
 
 ROOT = str(Path(__file__).resolve().parents[3])
@@ -24,7 +24,7 @@ APP = textwrap.dedent(
     import sys
     sys.path.insert(0, {root!r})
     from fastapi import FastAPI
-    from serving.server import run_bounded
+    from loopstack.serving.server import run_bounded
 
     app = FastAPI()
 

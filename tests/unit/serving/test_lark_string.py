@@ -1,5 +1,5 @@
 """A custom tool's Lark grammar held to its text inside a JSON string
-(`serving.constraint.lark_string`): checked with llguidance itself (a byte vocabulary), on
+(`loopstack.serving.constraint.lark_string`): checked with llguidance itself (a byte vocabulary), on
 the grammar Codex CLI 0.169.0 sends for `apply_patch`, and inside a whole turn's grammar."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import json
 import llguidance
 import pytest
 
-from serving.constraint.backend import TurnSpec
-from serving.constraint.guidance import _ByteTokenizer, lark_grammar, make_checker
-from serving.constraint.lark_string import (
+from loopstack.serving.constraint.backend import TurnSpec
+from loopstack.serving.constraint.guidance import _ByteTokenizer, lark_grammar, make_checker
+from loopstack.serving.constraint.lark_string import (
     LARK_KEY,
     LarkUnsupported,
     json_regex,
     json_string_rules,
 )
-from serving.http.responses.translate import CUSTOM_PARAMETERS
+from loopstack.serving.http.responses.translate import CUSTOM_PARAMETERS
 
 # What Codex CLI 0.169.0 sends as apply_patch's format.definition (captured from its request)
 CODEX_APPLY_PATCH = """\

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from serving.constraint.envelope import TOOL_CALL_OPEN
-from serving.exceptions import UpstreamError
-from serving.http import pipeline
-from serving.http.messages.encoder import MessagesEncoder
-from serving.http.service import Turn
+from loopstack.serving.constraint.envelope import TOOL_CALL_OPEN
+from loopstack.serving.exceptions import UpstreamError
+from loopstack.serving.http import pipeline
+from loopstack.serving.http.messages.encoder import MessagesEncoder
+from loopstack.serving.http.service import Turn
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import ADD as CHAT_ADD
 from tests.unit.serving.serving_helpers import PARIS, call
@@ -516,7 +516,7 @@ async def test_a_tool_name_outside_latin_1_is_no_500(harness: Harness, stream: b
 async def test_the_abstention_rule_takes_its_room_from_the_completion(make_harness: Any) -> None:
     """The server's rule is added to the system message after `max_tokens` was fitted to the
     context: Claude Code's first request (max_tokens 32000) was refused by 49 tokens."""
-    from serving.selection.defaults import SelectionDefaults
+    from loopstack.serving.selection.defaults import SelectionDefaults
 
     h = make_harness(max_model_len=400)
     h.chat.selection = SelectionDefaults(abstain=True)

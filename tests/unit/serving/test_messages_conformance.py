@@ -169,7 +169,7 @@ def test_the_start_up_log_says_claude_names_are_served(
 ) -> None:
     from tests.unit.serving.test_startup_overlap import _app
 
-    caplog.set_level(logging.INFO, logger="serving.server")
+    caplog.set_level(logging.INFO, logger="loopstack.serving.server")
     app = _app(tmp_path, monkeypatch, lambda path: None)
     assert app.state.loopstack.anthropic_model_names is True
     said = [r.getMessage() for r in caplog.records if "claude-*" in r.getMessage()]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving.exceptions import ModelNotFound
-from serving.http.aliases import parse_aliases, resolve_model_name
+from loopstack.serving.exceptions import ModelNotFound
+from loopstack.serving.http.aliases import parse_aliases, resolve_model_name
 
 SERVED = "qwen"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from serving.engine.model_store import _gguf_parsed_once
+from loopstack.serving.engine.model_store import _gguf_parsed_once
 
 
 def _tiny_gguf(path: Path) -> Path:

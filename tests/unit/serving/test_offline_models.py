@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from serving.engine.model_store import (
+from loopstack.serving.engine.model_store import (
     assemble_parts,
     ensure_offline,
     offline_part_paths,
     resolve_model,
 )
-from serving.engine.offline_models import (
+from loopstack.serving.engine.offline_models import (
     QWEN_CODER_05B,
     QWEN_CODER_15B,
     OfflineModel,
     find_offline,
 )
-from serving.exceptions import ModelResolutionError
+from loopstack.serving.exceptions import ModelResolutionError
 
 
 def test_the_catalogue_names_both_models_and_their_parts() -> None:

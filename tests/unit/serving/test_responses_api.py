@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from serving.http import pipeline
+from loopstack.serving.http import pipeline
 from tests.unit.serving.responses_helpers import (
     APPLY_PATCH,
     FN_WEATHER,

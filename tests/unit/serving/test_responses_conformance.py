@@ -225,14 +225,19 @@ async def test_every_openai_error_code_is_a_string_or_null(harness: Harness) -> 
     assert wrong.json()["error"]["code"] == "invalid_type"
     bad = await h.client.post("/v1/chat/completions", json={**chat, "n": 0})
     assert bad.json()["error"]["code"] == "invalid_value"
-    from serving.http.app import validation_code
+    from loopstack.serving.http.app import validation_code
 
     assert validation_code("extra_forbidden") == "unknown_parameter"
     assert validation_code("json_invalid") is None
 
 
 def test_error_bodies_built_from_exceptions_carry_no_status_as_code() -> None:
-    from serving.exceptions import EngineError, InvalidRequest, ServingError, UpstreamError
+    from loopstack.serving.exceptions import (
+        EngineError,
+        InvalidRequest,
+        ServingError,
+        UpstreamError,
+    )
 
     for exc in (
         ServingError("boom"),
@@ -252,7 +257,7 @@ def test_error_bodies_built_from_exceptions_carry_no_status_as_code() -> None:
 async def test_the_500_handler_says_nothing_and_has_no_integer_code() -> None:
     import json
 
-    from serving.http.app import unexpected
+    from loopstack.serving.http.app import unexpected
 
     resp = await unexpected(None, RuntimeError("secret detail"))  # type: ignore[arg-type]
     err = json.loads(bytes(resp.body))["error"]

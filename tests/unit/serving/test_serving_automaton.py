@@ -1,13 +1,13 @@
-"""serving.constraint.regexes.AutomatonProbe (sandboxed worker processes) and its use by
+"""loopstack.serving.constraint.regexes.AutomatonProbe (sandboxed worker processes) and its use by
 RegexSchemas (the outlines backend's regex pipeline)."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving.constraint.regexes import AutomatonProbe, RegexSchemas, count_states
-from serving.constraint.schema_regex import compile_schema
-from serving.exceptions import InvalidRequest
+from loopstack.serving.constraint.regexes import AutomatonProbe, RegexSchemas, count_states
+from loopstack.serving.constraint.schema_regex import compile_schema
+from loopstack.serving.exceptions import InvalidRequest
 
 WEATHER = {
     "type": "object",

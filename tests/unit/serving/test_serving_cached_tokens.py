@@ -24,8 +24,8 @@ async def test_no_details_when_the_engine_gives_none(harness: Harness) -> None:
 
 
 def test_the_engine_is_asked_for_prompt_token_details() -> None:
-    from serving.config import ServerSettings
-    from serving.engine.hardware import Hardware, vllm_launch
+    from loopstack.serving.config import ServerSettings
+    from loopstack.serving.engine.hardware import Hardware, vllm_launch
 
     for hw in (Hardware("cpu", 0, 2, 24.0, frozenset()), Hardware("cuda", 1, 8, 64.0)):
         assert "--enable-prompt-tokens-details" in vllm_launch(ServerSettings(), hw, "m", "m").argv

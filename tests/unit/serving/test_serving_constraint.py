@@ -1,4 +1,4 @@
-"""serving.constraint: numeric range regexes, JSON-schema regexes, the tool-call envelope.
+"""loopstack.serving.constraint: numeric range regexes, JSON-schema regexes, the tool-call envelope.
 
 Regexes are checked with Python's `re` (Outlines regexes are Python-compatible) by fullmatching
 candidate documents: every valid candidate that the regex claims must really be valid (the
@@ -18,9 +18,13 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from serving.constraint.patterns import int_range_regex, number_range_regex, regex_literal
-from serving.constraint.schema_regex import CompiledSchema, compile_schema, tool_call_regex
-from serving.exceptions import InvalidRequest
+from loopstack.serving.constraint.patterns import int_range_regex, number_range_regex, regex_literal
+from loopstack.serving.constraint.schema_regex import (
+    CompiledSchema,
+    compile_schema,
+    tool_call_regex,
+)
+from loopstack.serving.exceptions import InvalidRequest
 
 
 def dumps(value: Any) -> str:

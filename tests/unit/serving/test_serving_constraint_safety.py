@@ -10,11 +10,16 @@ from typing import Any
 
 import pytest
 
-from bench.serving.hostile import BACKTRACKING_PATTERN, call_like_text, defs_chain, loop_lag
-from serving.constraint.calltext import CallReader
-from serving.constraint.regexes import AutomatonProbe, RegexSchemas, SchemaCompiler
-from serving.constraint.schema_regex import compile_schema
-from serving.exceptions import InvalidRequest
+from loopstack.bench.serving.hostile import (
+    BACKTRACKING_PATTERN,
+    call_like_text,
+    defs_chain,
+    loop_lag,
+)
+from loopstack.serving.constraint.calltext import CallReader
+from loopstack.serving.constraint.regexes import AutomatonProbe, RegexSchemas, SchemaCompiler
+from loopstack.serving.constraint.schema_regex import compile_schema
+from loopstack.serving.exceptions import InvalidRequest
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import WEATHER, chat_body
 

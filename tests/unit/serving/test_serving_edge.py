@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from serving.exceptions import error_body
-from serving.http.limits import EdgeGuard, Limits, key_matches
-from serving.protocol import MAX_JSON_DEPTH
+from loopstack.serving.exceptions import error_body
+from loopstack.serving.http.limits import EdgeGuard, Limits, key_matches
+from loopstack.serving.protocol import MAX_JSON_DEPTH
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import (
     USER,

@@ -1,4 +1,4 @@
-"""serving.constraint: the object and free-form regexes built instead of Outlines'.
+"""loopstack.serving.constraint: the object and free-form regexes built instead of Outlines'.
 
 Objects are checked for the same language as Outlines' own regex (candidate documents:
 every ordered subset of the properties, repeats, reorders, stray commas), and for size:
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from outlines_core.json_schema import build_regex_from_schema
 
-from serving.constraint.patterns import json_value_regex
-from serving.constraint.schema_regex import FREE_FORM_DEPTH, compile_schema
-from serving.exceptions import InvalidRequest
+from loopstack.serving.constraint.patterns import json_value_regex
+from loopstack.serving.constraint.schema_regex import FREE_FORM_DEPTH, compile_schema
+from loopstack.serving.exceptions import InvalidRequest
 
-CORPUS = Path(__file__).parents[3] / "bench" / "corpus" / "tool_schemas.jsonl"
+CORPUS = Path(__file__).parents[3] / "loopstack" / "bench" / "corpus" / "tool_schemas.jsonl"
 VALUES = {"a": 1, "b": "x", "c": True, "d": None}
 TYPES = {"a": "integer", "b": "string", "c": "boolean", "d": "null"}
 

@@ -1,4 +1,5 @@
-"""serving.constraint.patterns.json_safe_pattern: what a string's `pattern` becomes in the regex.
+"""loopstack.serving.constraint.patterns.json_safe_pattern: what a string's `pattern` becomes in the
+regex.
 
 Each case is checked as vLLM would see it: the pattern between quotes must fullmatch the
 JSON encoding of good strings and reject strings that would break the JSON or the pattern.
@@ -11,8 +12,8 @@ import re
 
 import pytest
 
-from serving.constraint.patterns import json_safe_pattern
-from serving.constraint.regexes import count_states
+from loopstack.serving.constraint.patterns import json_safe_pattern
+from loopstack.serving.constraint.regexes import count_states
 
 
 def in_quotes(pattern: str) -> re.Pattern[str]:

@@ -16,11 +16,11 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.types import Message
 
-from serving.exceptions import InvalidRequest
-from serving.http.app import build_app
-from serving.http.cancellation import CLIENT_CLOSED_REQUEST, with_cancellation
-from serving.http.chat.router import router
-from serving.http.messages.router import router as messages_router
+from loopstack.serving.exceptions import InvalidRequest
+from loopstack.serving.http.app import build_app
+from loopstack.serving.http.cancellation import CLIENT_CLOSED_REQUEST, with_cancellation
+from loopstack.serving.http.chat.router import router
+from loopstack.serving.http.messages.router import router as messages_router
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import chat_body, post_chat
 
@@ -33,7 +33,7 @@ ROUTES = {
     ("/v1/embeddings", "POST"),
 }
 CANCELLABLE = {"/v1/chat/completions", "/v1/completions"}  # the ones that generate
-# The Responses API's own router (serving.http.responses.router), included by build_app
+# The Responses API's own router (loopstack.serving.http.responses.router), included by build_app
 RESPONSES_ROUTES = {
     ("/v1/responses", "POST"),
     ("/v1/responses/{response_id}", "GET"),

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from serving.config import DEFAULT_BACKEND
-from serving.engine.supervisor import VLLMEngine
+from loopstack.serving.config import DEFAULT_BACKEND
+from loopstack.serving.engine.supervisor import VLLMEngine
 from tests.unit.serving.serving_fakes import FakeEngine, Harness
 from tests.unit.serving.serving_helpers import ADD, PARIS, WEATHER, call, chat_body, sse_events
 

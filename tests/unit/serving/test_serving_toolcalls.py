@@ -1,4 +1,5 @@
-"""serving.constraint.calltext: the incremental call reader, lenient parsing, auto intent."""
+"""loopstack.serving.constraint.calltext: the incremental call reader, lenient parsing, auto
+intent."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from serving.constraint.calltext import (
+from loopstack.serving.constraint.calltext import (
     CallEvent,
     CallReader,
     ContentDelta,

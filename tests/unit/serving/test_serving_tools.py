@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import re
 
-from serving.http.service import MAX_ATTEMPTS
-from serving.prompt import TOOL_CALL_OPEN
+from loopstack.serving.http.service import MAX_ATTEMPTS
+from loopstack.serving.prompt import TOOL_CALL_OPEN
 from tests.unit.serving.serving_fakes import MODEL, Harness
 from tests.unit.serving.serving_helpers import (
     ADD,

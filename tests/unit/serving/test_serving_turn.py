@@ -9,13 +9,18 @@ from typing import Any
 
 import pytest
 
-from serving.constraint.backend import ConstraintBackend, TurnSpec
-from serving.constraint.calltext import CallReader, ContentDelta
-from serving.constraint.envelope import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, stem_groups
-from serving.constraint.factory import make_backend
-from serving.constraint.guidance import lark_grammar
-from serving.constraint.walker import exact_for_grammar
-from serving.constraint.xgrammar import structural_tag
+from loopstack.serving.constraint.backend import ConstraintBackend, TurnSpec
+from loopstack.serving.constraint.calltext import CallReader, ContentDelta
+from loopstack.serving.constraint.envelope import (
+    CALL_SEPARATOR,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    stem_groups,
+)
+from loopstack.serving.constraint.factory import make_backend
+from loopstack.serving.constraint.guidance import lark_grammar
+from loopstack.serving.constraint.walker import exact_for_grammar
+from loopstack.serving.constraint.xgrammar import structural_tag
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import (
     ADD,
@@ -115,7 +120,7 @@ def test_xgrammar_required_allows_only_calls(xgr_check: Any) -> None:
 
 def test_guidance_grammar_enforces_the_same_turns() -> None:
     llg = pytest.importorskip("llguidance")
-    from serving.constraint.guidance import _ByteTokenizer
+    from loopstack.serving.constraint.guidance import _ByteTokenizer
 
     tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
 
@@ -306,7 +311,7 @@ def test_stems_group_tool_families_and_never_shadow_each_other() -> None:
 
 
 def test_guidance_objects_take_only_their_listed_properties() -> None:
-    from serving.constraint.guidance import _finite_numbers
+    from loopstack.serving.constraint.guidance import _finite_numbers
 
     closed = _finite_numbers({"type": "object", "properties": {"a": {"type": "string"}}})
     assert closed["additionalProperties"] is False
@@ -324,7 +329,7 @@ def test_guidance_patterns_match_the_whole_string() -> None:
     """A search pattern left the rest of the string free (the model filled it until
     max_tokens): the grammar reads an unanchored pattern as a whole-string match, a subset."""
     llg = pytest.importorskip("llguidance")
-    from serving.constraint.guidance import _ByteTokenizer, _finite_numbers
+    from loopstack.serving.constraint.guidance import _ByteTokenizer, _finite_numbers
 
     tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
 
@@ -348,7 +353,7 @@ def test_guidance_patterns_match_the_whole_string() -> None:
 async def test_a_pattern_the_library_cannot_compile_is_validated_instead() -> None:
     """llguidance refuses ``^`` inside an alternation; the rest of the schema is enforced and
     the pattern is left to validation, not a 400 for a schema OpenAI accepts."""
-    from serving.constraint.backend import without_patterns
+    from loopstack.serving.constraint.backend import without_patterns
 
     schema = {"type": "object", "properties": {"arn": {"type": "string",  # from the corpus
               "minLength": 1, "maxLength": 115,
@@ -367,9 +372,9 @@ async def test_a_pattern_the_library_cannot_compile_is_validated_instead() -> No
 def test_schema_transforms_walk_named_properties_as_schemas() -> None:
     """A property may be named like a keyword: its schema is still walked, the map never
     read as a schema (one walk, `map_schema`, under every backend's transform)."""
-    from serving.constraint.backend import without_patterns
-    from serving.constraint.guidance import _finite_numbers
-    from serving.constraint.xgrammar import relaxed
+    from loopstack.serving.constraint.backend import without_patterns
+    from loopstack.serving.constraint.guidance import _finite_numbers
+    from loopstack.serving.constraint.xgrammar import relaxed
 
     tricky = {"type": "object", "properties": {
         "enum": {"type": "string", "pattern": "^a+$", "maxLength": 500},

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from serving.config import ServerSettings, unpack
-from serving.constraint.schema_limits import SETTINGS, SchemaLimits
-from serving.http.limits import Limits
+from loopstack.serving.config import ServerSettings, unpack
+from loopstack.serving.constraint.schema_limits import SETTINGS, SchemaLimits
+from loopstack.serving.http.limits import Limits
 
 
 def test_limits_are_the_settings_of_the_same_names() -> None:

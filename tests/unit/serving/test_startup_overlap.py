@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-import serving.server as server_mod
-from serving.config import ServerSettings
-from serving.prompt import BackgroundTokenizer, PromptBuilder
+import loopstack.serving.server as server_mod
+from loopstack.serving.config import ServerSettings
+from loopstack.serving.prompt import BackgroundTokenizer, PromptBuilder
 from tests.unit.serving.serving_fakes import FakeTokenizer
 
 MESSAGES = [{"role": "user", "content": "hi"}]

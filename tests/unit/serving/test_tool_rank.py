@@ -1,4 +1,4 @@
-"""Tool ranking (serving.selection.rank) with the hashing embedder: no model needed."""
+"""Tool ranking (loopstack.serving.selection.rank) with the hashing embedder: no model needed."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from bench.agent.selection import time_tools
-from memory.embedding import HashingEmbedder
-from serving.selection.rank import (
+from loopstack.bench.agent.selection import time_tools
+from loopstack.memory.embedding import HashingEmbedder
+from loopstack.serving.selection.rank import (
     ToolRanker,
     floor_applies,
     latin_share,
@@ -152,8 +152,8 @@ async def test_a_request_in_another_script_is_ranked_by_the_multilingual_embedde
 async def test_the_servers_embedders_rank_the_time_tools_for_a_now_question() -> None:
     """The README's "What time is it now in Tokyo?": `convert_time` ranked first while its
     description carried the example 'Asia/Tokyo' (2026-12-05), and the 0.5B calls the first."""
-    from serving.embeddings import EmbeddingService
-    from serving.selection.requests import MultilingualEmbedder, ServerEmbedder
+    from loopstack.serving.embeddings import EmbeddingService
+    from loopstack.serving.selection.requests import MultilingualEmbedder, ServerEmbedder
 
     multilingual = MultilingualEmbedder() if MultilingualEmbedder.available() else None
     ranker = ToolRanker(

@@ -1,5 +1,6 @@
-"""Tool selection on the server (serving.selection.requests): ranked tools (`loopstack.tool_rank`),
-no identical repeat (`loopstack.no_repeat`) and the repair of self-contradicting schemas."""
+"""Tool selection on the server (loopstack.serving.selection.requests): ranked tools
+(`loopstack.tool_rank`), no identical repeat (`loopstack.no_repeat`) and the repair of
+self-contradicting schemas."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from typing import Any
 import jsonschema
 import pytest
 
-from memory.embedding import HashingEmbedder
-from serving.constraint.backend import TurnSpec
-from serving.constraint.factory import make_backend
-from serving.constraint.guidance import lark_grammar
-from serving.constraint.no_repeat import excluding, executed_calls
-from serving.constraint.schema_limits import repair_schema
-from serving.selection.rank import ToolRanker
+from loopstack.memory.embedding import HashingEmbedder
+from loopstack.serving.constraint.backend import TurnSpec
+from loopstack.serving.constraint.factory import make_backend
+from loopstack.serving.constraint.guidance import lark_grammar
+from loopstack.serving.constraint.no_repeat import excluding, executed_calls
+from loopstack.serving.constraint.schema_limits import repair_schema
+from loopstack.serving.selection.rank import ToolRanker
 from tests.unit.serving.serving_fakes import Harness
 from tests.unit.serving.serving_helpers import ADD, WEATHER, call, post_chat
 
@@ -108,7 +109,7 @@ def test_executed_calls_are_those_with_a_tool_reply() -> None:
 
 def test_the_guidance_grammar_refuses_the_repeat_and_takes_another_call() -> None:
     llg = pytest.importorskip("llguidance")
-    from serving.constraint.guidance import _ByteTokenizer
+    from loopstack.serving.constraint.guidance import _ByteTokenizer
 
     tok = llg.LLTokenizer(llg.TokenizerWrapper(_ByteTokenizer()))
     spec = TurnSpec("required", {"w": excluding(CITY, [{"city": "Paris", "days": 3}])}, False)
@@ -306,7 +307,7 @@ async def test_a_repaired_tool_is_served_and_says_so(guidance: Harness) -> None:
 
 
 async def test_abstain_puts_the_rule_in_the_system_message(guidance: Harness) -> None:
-    from serving.selection.requests import ABSTAIN_RULE
+    from loopstack.serving.selection.requests import ABSTAIN_RULE
 
     h = guidance
     h.engine.constrained = ["A book: {}"]

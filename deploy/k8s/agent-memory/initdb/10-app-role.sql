@@ -1,5 +1,5 @@
 -- The memory's app role: an ORDINARY role (no superuser, no BYPASSRLS), so the ledger's
--- row-level security binds it (memory/ledger/postgres_schema.py; memory/ledger/postgres.py
+-- row-level security binds it (loopstack/memory/ledger/postgres_schema.py; loopstack/memory/ledger/postgres.py
 -- refuses to open as a role it would not bind). It owns the database, so it creates and
 -- migrates the tables.
 --

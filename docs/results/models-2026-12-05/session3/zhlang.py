@@ -2,7 +2,7 @@
 "(From ...)" appendix) is mostly Chinese; en tasks passed."""
 import json, re, sys
 sys.path.insert(0, "/work/main")
-from memory.language import mostly_chinese
+from loopstack.memory.language import mostly_chinese
 for f in sys.argv[1:]:
     rows = [json.loads(l) for l in open(f + "/results.jsonl")]
     zh = [r for r in rows if r["id"].startswith("cs_") and r["id"].endswith("_zh")]

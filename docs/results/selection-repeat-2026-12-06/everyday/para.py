@@ -2,7 +2,7 @@
 what the ranker scores the right tool, against the shipped floor 0.3."""
 import asyncio, sys
 sys.path.insert(0, '/work/main')
-from bench.agent.selection import golden_tools, make_ranker, time_tools
+from loopstack.bench.agent.selection import golden_tools, make_ranker, time_tools
 
 PARA = [
     ("Is it raining in Oslo?", "get_weather"),

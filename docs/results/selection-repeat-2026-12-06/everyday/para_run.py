@@ -2,7 +2,7 @@
 top 5 + the rule and no floor. Usage: para_run.py BASE_URL OUT"""
 import argparse, asyncio, json, sys
 sys.path.insert(0, '/work/main')
-from bench.agent.selection import Item, golden_tools, time_tools, abstention_items, arm_request, send_all, summarize, save
+from loopstack.bench.agent.selection import Item, golden_tools, time_tools, abstention_items, arm_request, send_all, summarize, save
 sys.path.insert(0, __import__('os').path.dirname(__file__))
 from para import PARA
 

@@ -1,6 +1,6 @@
 import json,re,ast,sys
 sys.path.insert(0,'/work/main')
-from bench.agent.selection import selection_items, abstention_items
+from loopstack.bench.agent.selection import selection_items, abstention_items
 log, rowsf = sys.argv[1], sys.argv[2]
 rows=[json.loads(l) for l in open(rowsf)]
 probes={}

@@ -1,9 +1,9 @@
 """Top ranker score: requests that need a tool (right tool first?) vs requests no tool fits."""
 import asyncio, sys
 sys.path.insert(0, '/work/main')
-from bench.agent.selection import selection_items, abstention_items, make_ranker
-from bench.agent import bfcl
-from serving.selection.rank import floor_applies
+from loopstack.bench.agent.selection import selection_items, abstention_items, make_ranker
+from loopstack.bench.agent import bfcl
+from loopstack.serving.selection.rank import floor_applies
 
 async def main():
     r = make_ranker()

@@ -11,12 +11,12 @@ import subprocess
 import sys
 import types
 
-from bench.agent.selection import rank_report
-from serving.embeddings import EmbeddingService
-from serving.selection.requests import ServerEmbedder
+from loopstack.bench.agent.selection import rank_report
+from loopstack.serving.embeddings import EmbeddingService
+from loopstack.serving.selection.requests import ServerEmbedder
 
 OLD = subprocess.run(
-    ["git", "show", "827b51e:serving/selection/rank.py"], capture_output=True, text=True, check=True
+    ["git", "show", "827b51e:loopstack/serving/selection/rank.py"], capture_output=True, text=True, check=True
 ).stdout
 old = types.ModuleType("old_rank")
 sys.modules["old_rank"] = old
@@ -27,7 +27,7 @@ async def main(lang: str) -> dict:
     ranker = old.ToolRanker(ServerEmbedder(EmbeddingService("all-MiniLM-L6-v2")))
     args = argparse.Namespace(sizes=[5, 10, 30], items=60, seed=7, lang=lang, everyday=None)
     report = await rank_report(ranker, args)
-    tools = json.load(open("bench/agent/time_tools.json"))
+    tools = json.load(open("loopstack/bench/agent/time_tools.json"))
     report["time_tools"] = {
         q: [(r.name, round(r.score, 3)) for r in await ranker.rank(q, tools)]
         for q in ("What time is it now in Tokyo?", "现在东京几点？")
