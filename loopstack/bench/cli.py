@@ -408,21 +408,21 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     }),
     "memory": ("Long-term memory: latency, isolation, LoCoMo recall, Postgres.", {
         "latency": ("loopstack.bench.memory.latency", "Recall latency and write throughput."),
-        "isolation": ("loopstack.bench.memory.isolation", "Zero cross-user results, real embedder."),
+        "isolation": ("loopstack.bench.memory.isolation",
+                      "Zero cross-user results, real embedder."),
         "locomo": ("loopstack.bench.memory.locomo", "Recall@k of evidence on LoCoMo."),
         "multilingual": ("loopstack.bench.memory.multilingual",
                          "Chinese + English recall@1 and p99: MiniLM vs multilingual-e5."),
         "postgres": ("loopstack.bench.memory.postgres",
                      "Postgres: bulk add, cross-server lag, recall with app servers."),
-        "redaction": ("loopstack.bench.memory.redaction", "LoCoMo's turns through redaction: 0 "
-                                                          "changed."),
+        "redaction": ("loopstack.bench.memory.redaction",
+                      "LoCoMo's turns through redaction: 0 changed."),
         "embedder-speed": ("loopstack.bench.memory.embedder_speed",
                            "Ingest and recall per embedder (MiniLM vs e5, cache, threads)."),
     }),
     "corpus": ("The real-world tool-schema corpus the serving benchmarks use.", {
-        "build": ("loopstack.bench.corpus.build", "Rebuild "
-                                                  "loopstack/bench/corpus/tool_schemas.jsonl "
-                                                  "(offline)."),
+        "build": ("loopstack.bench.corpus.build",
+                  "Rebuild loopstack/bench/corpus/tool_schemas.jsonl (offline)."),
     }),
     "agent": ("The agent loop's own cost (a scripted model: no server).", {
         "overhead": ("loopstack.bench.agent.overhead", "Host time per step with history, vs none."),
@@ -438,9 +438,10 @@ SCRIPTS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
                 "CPU seconds by process kind of a server, snapshots around a run."),
     }),
     "golden": ("The golden agent task set (a running server).", {
-        "run": ("loopstack.bench.golden.run", "Run the golden tasks through `loopstack agent run`."),
-        "bootstrap": ("loopstack.bench.golden.bootstrap", "Worked examples from passed practice "
-                                                          "runs."),
+        "run": ("loopstack.bench.golden.run",
+                "Run the golden tasks through `loopstack agent run`."),
+        "bootstrap": ("loopstack.bench.golden.bootstrap",
+                      "Worked examples from passed practice runs."),
     }),
 }  # fmt: skip
 

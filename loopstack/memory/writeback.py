@@ -13,7 +13,8 @@ The promotion gate (``plan_turn``) turns one finished turn into proposals:
 * plain self-statements ("I live in ...", "my ...") - only *observed*; one becomes a
   record once it was seen ``promote_after`` (3) times;
 * a forget request ("don't remember my card number") - deletes matching records;
-* the same requests in Chinese ("记住...", "别忘了...", "其实...", "忘掉...": ``loopstack.memory.language``);
+* the same requests in Chinese ("记住...", "别忘了...", "其实...", "忘掉...":
+  ``loopstack.memory.language``);
 * anything the optional model distilled (``loopstack.memory.llm``), through the same rules.
 
 ``redact`` (``loopstack.memory.redaction``) runs on every text and evidence id before it is

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("loopstack", "serving", "agent", "memory", "bench")
+PACKAGES = ("loopstack",)
 FRONT_ENDS = ("chat", "responses", "messages")
 
 

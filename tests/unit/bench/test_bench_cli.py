@@ -47,7 +47,8 @@ def test_the_load_test_imports_neither_serving_nor_agent() -> None:
     code = (
         "import sys, loopstack.bench.cli, loopstack.bench.load.runner, "
         "loopstack.bench.load.requests, loopstack.bench.load.report;"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'serving', 'agent', 'memory'}))"
+        "print(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules}"
+        " & {'loopstack.serving', 'loopstack.agent', 'loopstack.memory'}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True

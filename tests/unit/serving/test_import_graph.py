@@ -22,15 +22,15 @@ LEAVES = {
 
 
 def _module(path: Path) -> str:
-    parts = path.relative_to(SERVING.parent).with_suffix("").parts
+    parts = path.relative_to(SERVING.parents[1]).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _unit(module: str) -> str:
     """The subpackage (``loopstack.serving.http``) or top-level module a module belongs to."""
     parts = module.split(".")
-    if len(parts) > 2 or (len(parts) == 2 and (SERVING / parts[1]).is_dir()):
-        return ".".join(parts[:2])
+    if len(parts) > 3 or (len(parts) == 3 and (SERVING / parts[2]).is_dir()):
+        return ".".join(parts[:3])
     return module
 
 
@@ -43,13 +43,17 @@ def _imports() -> dict[str, set[str]]:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
                 node.body = []
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("serving"):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "loopstack.serving"
+            ):
                 assert node.module is not None
                 for alias in node.names:  # `from loopstack.serving.constraint import envelope`
                     sub = f"{node.module}.{alias.name}"
                     graph[_module(path)].add(sub if sub in modules else node.module)
             elif isinstance(node, ast.Import):
-                graph[_module(path)] |= {a.name for a in node.names if a.name.startswith("serving")}
+                graph[_module(path)] |= {
+                    a.name for a in node.names if a.name.startswith("loopstack.serving")
+                }
     return graph
 
 
