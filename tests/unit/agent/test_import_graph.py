@@ -30,7 +30,8 @@ LAYERS = [
 
 
 def _module(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path(path.name)
+    parts = rel.with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
