@@ -12,7 +12,7 @@ from pathlib import Path
 import loopstack
 
 ROOT = Path(__file__).resolve().parents[2]
-INTERNAL = re.compile(r"^\s*(?:from|import) (?:agent|memory|serving|bench)\b", re.M)
+INTERNAL = re.compile(r"^\s*(?:from|import) (?:loopstack\.)?(?:agent|memory|serving|bench)\b", re.M)
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
@@ -38,10 +38,16 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_import_loopstack_loads_nothing_of_the_stack() -> None:
-    stack = "('agent', 'memory', 'serving', 'bench')"
+    stack = "('loopstack.agent', 'loopstack.memory', 'loopstack.serving', 'loopstack.bench')"
     code = f"import sys, loopstack; print(sorted(m for m in {stack} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_internal_pattern_sees_internal_imports() -> None:
+    assert INTERNAL.search("from loopstack.memory.store import MemoryStore")
+    assert INTERNAL.search("import loopstack.agent")
+    assert not INTERNAL.search("from loopstack import Agent, MemoryStore")
 
 
 def test_the_docs_python_examples_use_public_imports_only() -> None:
