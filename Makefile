@@ -112,14 +112,13 @@ format: install
 # The GPU checks (below) start beside them as well; their failure fails `make test`. So does
 # lint (ruff, mypy: ~1 min cold), which used to run before the tests and kept the test
 # server from starting until it ended; its failure fails `make test` too, its output follows.
-# The unit tests run in a second pytest process beside the session's own, which runs the deploy
-# unit tests while its server loads and then the integration tests at once: the real model's
-# tests are the long pole (~19 min on a 2-core float32 box) and the box is idle about half of
-# that time (user 17.5 of 29.7 min on 2 cores, 2026-12-07), so the unit tests (~60 % of a core:
-# subprocesses, sockets, sleeps) no longer hold the integration tests back for ~5 min.
+# The unit tests run in two pytest processes at once (the session's own takes the rest, then
+# the integration tests): they wait on subprocesses, sockets and sleeps more than they compute
+# (~60 % of a core), and the engine is idle once loaded until the integration tests start, so
+# two cores do the unit part in about 60 % of the time (docs/benchmarks.md, "`make test`").
 # The second's output follows the first's. A run narrowed by PYTEST_ARGS is one process.
-UNIT_BESIDE := tests/unit/serving tests/unit/memory tests/unit/agent tests/unit/bench \
-  tests/unit/test_cli_mount.py tests/unit/test_private_names.py tests/unit/test_public_api.py
+UNIT_BESIDE := tests/unit/memory tests/unit/agent tests/unit/bench tests/unit/test_cli_mount.py \
+  tests/unit/serving/test_engine_lifecycle.py tests/unit/serving/test_keep_alive.py
 TEST_ENV := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 ifeq ($(strip $(PYTEST_ARGS)),)
 PYTEST_RUN := { $(TEST_ENV) $(BIN)/pytest -p no:cacheprovider -ra -q $(UNIT_BESIDE) \
