@@ -27,7 +27,7 @@ TIMEOUT_S = 240.0
 
 
 def _agents_setup() -> Any:
-    from loopstack.agents import set_tracing_disabled
+    from agents import set_tracing_disabled
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)  # traces would go to api.openai.com with our key
@@ -36,7 +36,7 @@ def _agents_setup() -> Any:
 
 def _run_items(result: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     """The tool calls the model made (name, arguments as sent) and the tools' outputs."""
-    from loopstack.agents.items import ToolCallItem, ToolCallOutputItem
+    from agents.items import ToolCallItem, ToolCallOutputItem
 
     calls, outputs = [], []
     for item in result.new_items:
@@ -67,8 +67,8 @@ def _once_each(tools: set[str]) -> Any:
     result it already has, it calls it again on every turn (5 of 5 turns in 2 of 2 runs, the
     same through the plain `openai` client with four different system prompts), and called
     without tools right after the results, it repeats its last call as text (2 of 2 runs)."""
-    from loopstack.agents import RunHooks
-    from loopstack.agents.run_config import CallModelData, ModelInputData
+    from agents import RunHooks
+    from agents.run_config import CallModelData, ModelInputData
 
     class OnceEach(RunHooks[Any]):
         def __init__(self) -> None:
@@ -94,8 +94,8 @@ def _once_each(tools: set[str]) -> Any:
 
 
 async def _run(agent: Any, question: str, max_turns: int, hooks: Any) -> dict[str, Any]:
-    from loopstack.agents import RunConfig, Runner
-    from loopstack.agents.exceptions import MaxTurnsExceeded
+    from agents import RunConfig, Runner
+    from agents.exceptions import MaxTurnsExceeded
 
     config = RunConfig(call_model_input_filter=hooks.input_filter)
     try:
@@ -114,7 +114,7 @@ async def _run(agent: Any, question: str, max_turns: int, hooks: Any) -> dict[st
 async def agents_tools(model: str) -> dict[str, Any]:
     """Two function tools, each returning a value drawn for this run: the final answer can
     only hold both values if it was written from the tool results."""
-    from loopstack.agents import Agent, ModelSettings, OpenAIChatCompletionsModel, function_tool
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, function_tool
 
     rng = random.SystemRandom()
     temperature, humidity = rng.randint(11, 29), rng.randint(41, 89)
@@ -153,8 +153,8 @@ async def agents_tools(model: str) -> dict[str, Any]:
 
 async def agents_mcp(model: str, command: str) -> dict[str, Any]:
     """mcp-server-time over stdio (`MCPServerStdio`): its tools listed and called by the SDK."""
-    from loopstack.agents import Agent, ModelSettings, OpenAIChatCompletionsModel
-    from loopstack.agents.mcp import MCPServerStdio
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel
+    from agents.mcp import MCPServerStdio
 
     params: Any = {"command": command, "args": ["--local-timezone", "UTC"]}
     hooks = _once_each({"get_current_time"})

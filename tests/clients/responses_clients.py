@@ -112,7 +112,7 @@ def sdk_parse(model: str) -> dict[str, Any]:
 
 
 def _agent(model: str, tool_values: list[int], **kw: Any) -> Any:
-    from loopstack.agents import Agent, function_tool, set_tracing_disabled
+    from agents import Agent, function_tool, set_tracing_disabled
 
     set_tracing_disabled(True)  # traces would go to api.openai.com with our key
     drawn = random.SystemRandom().randint(11, 29)
@@ -142,8 +142,8 @@ def _model_class(result: Any) -> str:
 
 
 async def agents_run(model: str) -> dict[str, Any]:
-    from loopstack.agents import Runner
-    from loopstack.agents.items import ToolCallItem, ToolCallOutputItem
+    from agents import Runner
+    from agents.items import ToolCallItem, ToolCallOutputItem
 
     values: list[int] = []
     result = await Runner.run(_agent(model, values), QUESTION, max_turns=4)
@@ -159,7 +159,7 @@ async def agents_run(model: str) -> dict[str, Any]:
 
 
 async def agents_stream(model: str) -> dict[str, Any]:
-    from loopstack.agents import Runner
+    from agents import Runner
 
     values: list[int] = []
     result = Runner.run_streamed(_agent(model, values), QUESTION, max_turns=4)
@@ -171,7 +171,7 @@ async def agents_stream(model: str) -> dict[str, Any]:
 
 
 async def agents_output(model: str) -> dict[str, Any]:
-    from loopstack.agents import Agent, Runner, set_tracing_disabled
+    from agents import Agent, Runner, set_tracing_disabled
 
     set_tracing_disabled(True)
     agent = Agent(name="math", instructions="Answer in JSON.", model=model, output_type=Answer)

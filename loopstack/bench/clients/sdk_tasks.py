@@ -162,7 +162,7 @@ def anthropic_messages(model: str, task: Task) -> dict[str, Any]:
 async def agents_output(model: str, task: Task) -> dict[str, Any]:
     """The Agents SDK with its default model class (`OpenAIResponsesModel`), a function tool
     and ``output_type=WeatherReport``, streamed (``Runner.run_streamed``)."""
-    from loopstack.agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
 
     set_tracing_disabled(True)  # traces would go to api.openai.com with our key
 
