@@ -235,6 +235,7 @@ def build_graph(w: E5Weights) -> Any:
         raise EmbeddingError("the ONNX embedder needs the packages onnx and onnxruntime") from exc
 
     H, NH, FF = w.hidden, w.heads, w.ffn
+    ms = "com.microsoft"  # onnxruntime's contrib ops
     inits: list[Any] = []
     nodes: list[Any] = []
 
@@ -251,8 +252,23 @@ def build_graph(w: E5Weights) -> Any:
         b = const(f"{prefix}.b", w.tensors[f"{prefix}.b"])
         return node("LayerNormalization", [x, g, b], out, axis=-1, epsilon=w.eps)
 
+    def residual_norm(y: str, residual: str, norm: str, bias: str, out: str) -> str:
+        """LayerNorm(y + bias + residual), the norm's weights ``{norm}.w``/``{norm}.b``."""
+        return node(
+            "SkipLayerNormalization",
+            [
+                y,
+                residual,
+                const(f"{norm}.w", w.tensors[f"{norm}.w"]),
+                const(f"{norm}.b", w.tensors[f"{norm}.b"]),
+                const(bias, w.tensors[bias]),
+            ],
+            out,
+            domain=ms,
+            epsilon=w.eps,
+        )
+
     axes2 = const("axes2", [2], np.int64)
-    ms = "com.microsoft"
 
     maskf = node("Cast", ["mask"], "mask.f", to=TensorProto.FLOAT)
     x = layernorm("x", "emb.ln", "emb.out")
@@ -268,37 +284,13 @@ def build_graph(w: E5Weights) -> Any:
             num_heads=NH,
         )
         ao = node("MatMul", [ctx, const(f"{p}.ao.w", w.matrix(f"{p}.ao.w", H, H).T)], f"{p}.ao")
-        x = node(
-            "SkipLayerNormalization",
-            [
-                ao,
-                x,
-                const(f"{p}.aln.w", w.tensors[f"{p}.aln.w"]),
-                const(f"{p}.aln.b", w.tensors[f"{p}.aln.b"]),
-                const(f"{p}.ao.b", w.tensors[f"{p}.ao.b"]),
-            ],
-            f"{p}.attn.out",
-            domain=ms,
-            epsilon=w.eps,
-        )
+        x = residual_norm(ao, x, f"{p}.aln", f"{p}.ao.b", f"{p}.attn.out")
         mid = node("MatMul", [x, const(f"{p}.fi.w", w.matrix(f"{p}.fi.w", FF, H).T)], f"{p}.fi")
         g = node(
             "BiasGelu", [mid, const(f"{p}.fi.b", w.tensors[f"{p}.fi.b"])], f"{p}.gelu", domain=ms
         )
         fo = node("MatMul", [g, const(f"{p}.fo.w", w.matrix(f"{p}.fo.w", H, FF).T)], f"{p}.fo")
-        x = node(
-            "SkipLayerNormalization",
-            [
-                fo,
-                x,
-                const(f"{p}.oln.w", w.tensors[f"{p}.oln.w"]),
-                const(f"{p}.oln.b", w.tensors[f"{p}.oln.b"]),
-                const(f"{p}.fo.b", w.tensors[f"{p}.fo.b"]),
-            ],
-            f"{p}.out",
-            domain=ms,
-            epsilon=w.eps,
-        )
+        x = residual_norm(fo, x, f"{p}.oln", f"{p}.fo.b", f"{p}.out")
     m3 = node("Unsqueeze", [maskf, axes2], "mask.3d")
     total = node(
         "ReduceSum",
